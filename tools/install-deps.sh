@@ -1,0 +1,19 @@
+#!/bin/sh
+# tools/install-deps.sh: install what building and testing flashattn needs (Debian/Ubuntu).
+#   required : C compiler, autotools, libtool, pkg-config, hwloc (libhwloc-dev)
+#   tests    : Check (check)
+#   optional : OpenBLAS (the bench's unfused rung), gnuplot (the bench's PNG plot)
+set -e
+here=$(dirname "$0")
+pkgs="build-essential autoconf automake libtool pkg-config libhwloc-dev check libopenblas-dev gnuplot-nox"
+missing=""
+for p in $pkgs; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -z "$missing" ]; then
+  echo "install-deps: all present ($pkgs)"
+  exit 0
+fi
+echo "install-deps: installing$missing"
+"$here/root" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+"$here/root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing
