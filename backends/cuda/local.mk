@@ -1,0 +1,1 @@
+# backends/cuda/local.mk: the CUDA module (see configure's BUILD_CUDA)
