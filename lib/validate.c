@@ -40,10 +40,12 @@ static fa_status chk_tensor(fa_context *ctx, const char *fn, const char *name,
         if (__builtin_mul_overflow(t->shape[d] - 1, t->stride[d], &ext) ||
             __builtin_add_overflow(span, ext, &span))
             BAD("%s: %s spans more elements than fit in 64 bits (shape x stride)", fn, name);
-        if (output && t->shape[d] > 1 && t->stride[d] == 0)
+    }
+    /* An empty tensor has nothing to alias. */
+    for (int d = 0; d < 4 && output && numel > 0; d++)
+        if (t->shape[d] > 1 && t->stride[d] == 0)
             BAD("%s: %s.stride[%d]=0 with shape[%d]=%lld: output elements would alias", fn,
                 name, d, d, (ll)t->shape[d]);
-    }
     if (numel > 0) {
         int64_t bytes;
         if (__builtin_mul_overflow(span + 1, (int64_t)fa_dtype_size(t->dtype), &bytes))

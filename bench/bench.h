@@ -1,0 +1,207 @@
+/* bench.h - flashattn-bench: shared types of the benchmark program.
+ *
+ * The program is a teaching ladder: the same attention problem computed by a naive
+ * implementation that materializes the S x S score matrix, an unfused BLAS one, the
+ * library's reference backend, each CPU kernel set and (when present) CUDA. Every rung is
+ * checked against a double-precision oracle before it is timed, and every figure printed
+ * is either measured in this run or computed from a stated model (and labelled so).
+ *
+ * Files: main.c (options, plan), data.c (buffers, dtypes, oracle check of the forward),
+ * oracle_bwd.c (oracle check of the backward), naive.c (naive and unfused BLAS rungs),
+ * peak.c (FMA-throughput ceiling), measure.c (clocks, RSS, perf counters, IO model),
+ * rungs.c (one measurement: create, check, time), sweeps.c (tiles, seqlen, --full),
+ * report.c (table and CSV), plot.c (SVG and gnuplot).
+ *
+ * Only the public API of flashattn is used: #include <flashattn.h>.
+ */
+#ifndef FA_BENCH_H
+#define FA_BENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <flashattn.h>
+
+/* ------------------------------------------------------------------ the problem --- */
+
+typedef struct {
+    fa_dtype dtype;
+    int64_t  B, H, Hkv, Sq, Sk, d;   /* q [B, Sq, H, d], k/v [B, Sk, Hkv, d]           */
+    int      causal;                 /* bottom-right alignment (= top-left when Sq = Sk) */
+    int      paged;                  /* forward through fa_forward_kvcache, paged cache */
+    int      page_size;
+} bench_shape;
+
+typedef struct {
+    bench_shape sh;
+    void  *q, *k, *v, *out;          /* storage dtype, contiguous [B, S, H, d]          */
+    float *qf, *kf, *vf;             /* fp32 copies of the stored values (naive, oracle) */
+    float *lse;                      /* [B, H, Sq]                                      */
+    fa_tensor tq, tk, tv, tout;
+    /* backward (allocated by bp_alloc_backward) */
+    void  *dout, *dq, *dk, *dv;
+    float *doutf;
+    fa_tensor tdout, tdq, tdk, tdv;
+    /* paged KV cache (sh.paged) */
+    void  *kpages, *vpages;
+    int32_t *block_table, *cache_seqlens;
+    int64_t pages_per_seq;
+    fa_tensor tkp, tvp;
+} bench_problem;
+
+int    bp_alloc(bench_problem *p, const bench_shape *sh, uint64_t seed);
+int    bp_alloc_backward(bench_problem *p, uint64_t seed);
+void   bp_free(bench_problem *p);
+void   bp_poison_out(bench_problem *p);              /* NaN pattern in the outputs   */
+float  bp_load(const void *data, fa_dtype t, size_t i);
+void   bp_store(void *data, fa_dtype t, size_t i, float x);
+const char *bp_dtype_name(fa_dtype t);
+int    bp_parse_dtype(const char *s, fa_dtype *t);
+double bp_flops(const bench_shape *sh, int backward); /* the PERFORMANCE.md convention */
+double bp_scale(const bench_shape *sh);
+size_t bp_io_bytes(const bench_shape *sh);            /* q, k, v, out in storage dtype */
+void   bp_shape_str(const bench_shape *sh, char *buf, size_t len);
+
+/* Oracle check of a forward output (storage dtype `odt` at `out`, layout of p->out) on a
+ * subset of rows: max |err| against double, the tolerance of TESTING.md sized from a
+ * same-precision naive computation of the same rows. Returns 1 on pass. */
+typedef struct { double err, tol, ref_max; int rows; int nan; } bench_check;
+int    check_forward(const bench_problem *p, const void *out, fa_dtype odt, int nrows,
+                     bench_check *c);
+/* Backward check (dq rows and dk/dv rows of a few heads). Returns 1 on pass. */
+int    check_backward(const bench_problem *p, int nrows, bench_check *c);
+
+/* ------------------------------------------------------------------ rungs ---------- */
+
+typedef enum { IMPL_NAIVE, IMPL_BLAS, IMPL_FA } impl_kind;
+
+typedef struct {
+    impl_kind   kind;
+    fa_backend  backend;             /* IMPL_FA                                          */
+    const char *isa;                 /* FA_CPU_ISA value, or NULL                        */
+    const char *label;               /* "naive", "cpu avx2", ...                          */
+} rung_spec;
+
+/* naive.c: out (fp32, layout of q) from the fp32 copies. Returns 0, or -1 (no memory). */
+int    naive_forward(const bench_problem *p, float *out, int threads);
+size_t naive_extra_bytes(const bench_problem *p, int threads);
+int    blas_available(void);
+int    blas_forward(const bench_problem *p, float *out, int threads);
+size_t blas_extra_bytes(const bench_problem *p, int threads);
+
+/* ------------------------------------------------------------------ measurement ---- */
+
+double now_s(void);
+int    perf_init(void);                    /* call before the first OpenMP region      */
+const char *perf_reason(void);             /* why counters are n/a ("" if available)    */
+void   perf_start(void);
+double perf_stop_bytes(void);              /* bytes (misses * 64), or -1               */
+int    rss_reset_peak(void);               /* 1 when /proc/self/clear_refs reset VmHWM   */
+long   rss_peak_kib(void);                 /* getrusage ru_maxrss                       */
+long   rss_now_kib(void);
+
+typedef struct {
+    long  l1d, l2, l3, l3_per_core;        /* bytes                                     */
+    int   cores, pus;
+    long long dram;                        /* bytes                                     */
+    char  source[64];                      /* "fa_context_describe" or "sysconf"         */
+} bench_caches;
+void   caches_from_describe(const char *desc, bench_caches *c);
+
+/* IO model of the FlashAttention paper, in bytes (elements * storage size). */
+double io_model_standard(const bench_shape *sh);
+double io_model_flash(const bench_shape *sh, long br);
+
+typedef struct {
+    double fp32_1, fp32_all;               /* GFLOP/s, one thread, all threads         */
+    double bf16_1, bf16_all;               /* 0 when no AVX-512 BF16                     */
+    int    threads;
+    const char *isa;                       /* "avx512", "avx2", "scalar"                 */
+} bench_peak;
+void   peak_measure(bench_peak *pk, int threads, double seconds);
+double peak_for(const bench_peak *pk, int threads, fa_dtype dt);
+
+/* ------------------------------------------------------------------ results -------- */
+
+enum { RES_OK = 0, RES_FAIL, RES_NA, RES_SKIP };
+
+typedef struct {
+    char   section[12];                   /* ladder tiles seqlen naive-seq full decode */
+    char   impl[32];
+    char   kernel[96];
+    char   dir[4];                        /* fwd / bwd                                  */
+    bench_shape sh;
+    int    threads, bq, bkv;
+    int    status;
+    char   note[320];
+    double err, tol;
+    double t_med, t_min, t_max;           /* seconds                                    */
+    int    runs;
+    double gflops, pct_peak;
+    double extra_model, rss_delta;        /* bytes; rss_delta < 0 = not measured        */
+    double io_model, io_meas;             /* bytes; io_meas < 0 = n/a                   */
+    double tile_bytes;                    /* tiles sweep: K+V tile bytes                 */
+} bench_result;
+
+typedef struct {
+    bench_result *v;
+    int n, cap;
+} bench_results;
+bench_result *results_add(bench_results *r);
+
+/* ------------------------------------------------------------------ the run -------- */
+
+typedef struct {
+    const char *backend;                   /* --backend: all|naive|blas|reference|cpu|cuda */
+    const char *isa;                       /* --isa: generic|avx2|avx512, NULL = each       */
+    bench_shape sh;
+    int    threads;                        /* 0 = all                                   */
+    int    bq, bkv;                        /* --tiles                                   */
+    int    repeats;                        /* most timed runs per measurement           */
+    double budget;                         /* seconds per measurement                   */
+    int    quick, full;
+    int    mode_ladder, mode_tiles, mode_seqlen, mode_sweep;
+    int    csv_stdout;
+    const char *out_dir;
+    int    check_rows;
+    long   mem_cap_mib;                    /* naive S x S cap                            */
+    /* filled while running */
+    int    nthreads_all;
+    bench_peak peak;
+    bench_caches caches;
+    int    step, nsteps;
+    bench_results res;
+    char   best_isa[16];                   /* best CPU kernel set that passed            */
+} bench_run;
+
+void progress(bench_run *R, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* rungs.c */
+int    rung_list(const bench_run *R, rung_spec *out, int max);
+int    rung_measure(bench_run *R, const rung_spec *rs, bench_problem *p, int backward,
+                    int threads, int bq, int bkv, bench_result *res);
+void   rung_describe(const char *isa, char *buf, size_t len);
+
+/* sweeps.c */
+int    sweep_count_tiles(const bench_run *R);
+int    sweep_count_seqlen(const bench_run *R);
+int    sweep_count_full(const bench_run *R);
+void   sweep_ladder(bench_run *R);
+void   sweep_tiles(bench_run *R);
+void   sweep_seqlen(bench_run *R);
+void   sweep_full(bench_run *R);
+
+/* report.c */
+void   report_table(const bench_run *R, FILE *f);
+int    report_csv(const bench_run *R, const char *path);
+void   fmt_bytes(double b, char *buf, size_t len);
+
+/* plot.c */
+int    plot_svg(const bench_run *R, const char *path);
+int    plot_gnuplot(const bench_run *R, const char *dir, char *png, size_t len);
+
+#endif /* FA_BENCH_H */

@@ -1,0 +1,341 @@
+/* rungs.c - one measurement of one rung: set up, check against the oracle, then time.
+ *
+ * Check first, then time (llm.c's benchmark_kernel): the first call poisons the outputs,
+ * runs once, and compares a subset of rows with the double-precision oracle; a rung that
+ * fails is reported FAIL and not timed. That first call is also the warm-up and the one
+ * whose peak-RSS growth is recorded (scratch is allocated there). Timed runs follow:
+ * at least 3, at most --repeats, fewer when the per-measurement time budget is short;
+ * the median is reported with the min and max.
+ */
+#include "config.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "bench.h"
+
+int rung_list(const bench_run *R, rung_spec *out, int max)
+{
+    static const char *isas[] = { "generic", "avx2", "avx512" };
+    static const char *labels[] = { "cpu generic", "cpu avx2", "cpu avx512" };
+    const char *b = R->backend ? R->backend : "all";
+    int all = !strcmp(b, "all"), n = 0;
+    if ((all || !strcmp(b, "naive")) && n < max)
+        out[n++] = (rung_spec){ IMPL_NAIVE, FA_BACKEND_AUTO, NULL, "naive" };
+    if ((all || !strcmp(b, "blas")) && n < max)
+        out[n++] = (rung_spec){ IMPL_BLAS, FA_BACKEND_AUTO, NULL, "unfused blas" };
+    if ((all || !strcmp(b, "reference")) && n < max)
+        out[n++] = (rung_spec){ IMPL_FA, FA_BACKEND_REFERENCE, NULL, "reference" };
+    if (all || !strcmp(b, "cpu"))
+        for (int i = 0; i < 3 && n < max; i++)
+            if (!R->isa || !strcmp(R->isa, isas[i]))
+                out[n++] = (rung_spec){ IMPL_FA, FA_BACKEND_CPU, isas[i], labels[i] };
+    if ((all || !strcmp(b, "cuda")) && n < max)
+        out[n++] = (rung_spec){ IMPL_FA, FA_BACKEND_CUDA, NULL, "cuda" };
+    return n;
+}
+
+/* FA_CPU_ISA for the duration of one context creation (the library reads it there). */
+static char *env_push(const char *isa)
+{
+    const char *old = getenv("FA_CPU_ISA");
+    char *saved = old ? strdup(old) : NULL;
+    if (isa) setenv("FA_CPU_ISA", isa, 1);
+    return saved;
+}
+
+static void env_pop(const char *isa, char *saved)
+{
+    if (isa) {
+        if (saved) setenv("FA_CPU_ISA", saved, 1);
+        else unsetenv("FA_CPU_ISA");
+    }
+    free(saved);
+}
+
+void rung_describe(const char *isa, char *buf, size_t len)
+{
+    fa_context *ctx = NULL;
+    char *saved = env_push(isa);
+    fa_status st = fa_context_create(&ctx, FA_BACKEND_CPU);
+    env_pop(isa, saved);
+    if (st != FA_OK) {
+        snprintf(buf, len, "cpu: not available: %s\n", fa_last_error(NULL));
+        return;
+    }
+    snprintf(buf, len, "%s", fa_context_describe(ctx));
+    fa_context_destroy(ctx);
+}
+
+/* Tile rows the call uses, as the library reports them: "64x128 tiles" in the kernel name
+ * (per call), else "Br x Bc = 128 x 192" in describe (the second such line is the
+ * backward's), else "block_q=64" / "block_kv=64" in describe. 0 when nothing says. */
+static const char *parse_tiles(const char *desc, const char *kernel, int backward, int *bq,
+                               int *bkv)
+{
+    *bq = *bkv = 0;
+    const char *t = kernel ? strstr(kernel, " tiles") : NULL;
+    if (t) {
+        const char *s = t;
+        while (s > kernel && s[-1] != ' ') s--;
+        if (sscanf(s, "%dx%d", bq, bkv) == 2) return "kernel name";
+    }
+    const char *e = desc ? strstr(desc, "Br x Bc = ") : NULL;
+    if (e && backward) e = strstr(e + 1, "Br x Bc = ");
+    if (e && sscanf(e, "Br x Bc = %d x %d", bq, bkv) == 2) {
+        const char *ex = strstr(desc, " example");
+        return ex && ex < e ? "describe (its example shape)" : "describe";
+    }
+    e = desc ? strstr(desc, "block_q=") : NULL;
+    if (e) sscanf(e, "block_q=%d", bq);
+    e = desc ? strstr(desc, "block_kv=") : NULL;
+    if (e) sscanf(e, "block_kv=%d", bkv);
+    return *bq > 0 ? "describe" : "";
+}
+
+static void poison(void *data, fa_dtype t, size_t n)
+{
+    for (size_t i = 0; i < n; i++) bp_store(data, t, i, NAN);
+}
+
+typedef struct {
+    const rung_spec *rs;
+    fa_context *ctx;
+    bench_problem *p;
+    float *outf;
+    int threads, backward;
+    fa_options opt;
+} call_env;
+
+static int run_once(call_env *e)
+{
+    bench_problem *p = e->p;
+    if (e->rs->kind == IMPL_NAIVE) return naive_forward(p, e->outf, e->threads);
+    if (e->rs->kind == IMPL_BLAS) return blas_forward(p, e->outf, e->threads);
+    fa_status st;
+    if (e->backward)
+        st = fa_backward(e->ctx, &p->tdq, &p->tdk, &p->tdv, NULL, &p->tdout, &p->tq, &p->tk,
+                         &p->tv, &p->tout, p->lse, &e->opt);
+    else if (p->sh.paged)
+        st = fa_forward_kvcache(e->ctx, &p->tout, p->lse, &p->tq, &p->tkp, &p->tvp, NULL, NULL,
+                                p->cache_seqlens, p->block_table, p->pages_per_seq, &e->opt);
+    else
+        st = fa_forward(e->ctx, &p->tout, p->lse, &p->tq, &p->tk, &p->tv, &e->opt);
+    return st == FA_OK ? 0 : -1;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Backward IO model (FlashAttention-2 order: KV blocks outer, Q blocks inner): K, V read
+ * and dK, dV written once; per block of bc keys, Q, dO, dQ (read + write) streamed again. */
+static double io_model_flash_bwd(const bench_shape *sh, long bc)
+{
+    double es = (double)fa_dtype_size(sh->dtype), d = (double)sh->d;
+    double pairs = bp_flops(sh, 0) / (4.0 * (double)sh->B * (double)sh->H * d);
+    if (bc < 1) bc = 1;
+    double q = 4.0 * d * pairs / (double)bc;
+    if (q < 4.0 * d * (double)sh->Sq) q = 4.0 * d * (double)sh->Sq;
+    return es * (4.0 * d * (double)sh->Sk + q) * (double)sh->B * (double)sh->H;
+}
+
+int rung_measure(bench_run *R, const rung_spec *rs, bench_problem *p, int backward,
+                 int threads, int bq, int bkv, bench_result *res)
+{
+    const bench_shape *sh = &p->sh;
+    call_env e = { .rs = rs, .p = p, .threads = threads, .backward = backward };
+    e.opt.causal = sh->causal ? FA_CAUSAL_BOTTOM_RIGHT : FA_CAUSAL_NONE;
+    snprintf(res->impl, sizeof res->impl, "%s", rs->label);
+    snprintf(res->dir, sizeof res->dir, "%s", backward ? "bwd" : "fwd");
+    res->sh = *sh;
+    res->threads = threads;
+    res->bq = bq, res->bkv = bkv;
+    res->rss_delta = res->io_meas = -1;
+    int used = threads;
+    long br_model = bq, bc_model = bkv, before = -1;
+    int reset = 0;
+    const char *br_src = bq > 0 ? "--tiles" : "";
+
+    if (rs->kind != IMPL_FA) {
+        if (backward) {
+            res->status = RES_NA;
+            snprintf(res->note, sizeof res->note, "%s: forward only", rs->label);
+            return RES_NA;
+        }
+        if (rs->kind == IMPL_BLAS && !blas_available()) {
+            res->status = RES_NA;
+            snprintf(res->note, sizeof res->note,
+                     "unfused blas: not built (configure found no openblas)");
+            return RES_NA;
+        }
+        size_t n = (size_t)(sh->B * sh->Sq * sh->H * sh->d);
+        e.outf = malloc(n * sizeof(float) + 64);
+        if (!e.outf) {
+            res->status = RES_NA;
+            snprintf(res->note, sizeof res->note, "%s: cannot allocate the output", rs->label);
+            return RES_NA;
+        }
+        memset(e.outf, 0, n * sizeof(float));
+        snprintf(res->kernel, sizeof res->kernel, "%s",
+                 rs->kind == IMPL_NAIVE ? "bench/naive.c: S=QK^T, softmax, PV (S x S fp32)"
+                                        : "bench/naive.c: cblas_sgemm, softmax, cblas_sgemm");
+        res->extra_model = (double)(rs->kind == IMPL_NAIVE ? naive_extra_bytes(p, threads)
+                                                           : blas_extra_bytes(p, threads));
+        res->io_model = io_model_standard(sh);
+    } else {
+        reset = rss_reset_peak();               /* the context's own allocations count */
+        before = reset ? rss_now_kib() : rss_peak_kib();
+        char *saved = env_push(rs->isa);
+        fa_status st = fa_context_create(&e.ctx, rs->backend);
+        env_pop(rs->isa, saved);
+        if (st != FA_OK) {
+            res->status = RES_NA;
+            snprintf(res->note, sizeof res->note, "%s: not available: %s", rs->label,
+                     fa_last_error(NULL));
+            return RES_NA;
+        }
+        if (rs->backend == FA_BACKEND_CUDA) {
+            res->status = RES_NA;
+            snprintf(res->note, sizeof res->note, "cuda: a context was created, but this "
+                     "bench has no device-memory path yet (CUDA is future work)");
+            fa_context_destroy(e.ctx);
+            return RES_NA;
+        }
+        if (fa_context_set_threads(e.ctx, threads) != FA_OK) {
+            used = 1;                       /* the reference backend runs on one thread */
+            fa_context_set_threads(e.ctx, 0);
+        }
+        if ((bq > 0 || bkv > 0) && fa_context_set_tiles(e.ctx, bq, bkv) != FA_OK) {
+            res->status = RES_NA;
+            snprintf(res->note, sizeof res->note, "%s: set_tiles(%d, %d): %s", rs->label, bq,
+                     bkv, fa_last_error(e.ctx));
+            fa_context_destroy(e.ctx);
+            return RES_NA;
+        }
+        const char *kname = NULL;
+        if (backward)
+            st = fa_query_backward(e.ctx, &kname, &p->tdq, &p->tdk, &p->tdv, NULL, &p->tdout,
+                                   &p->tq, &p->tk, &p->tv, &p->tout, p->lse, &e.opt);
+        else
+            st = fa_query(e.ctx, &kname, &p->tout, p->lse, &p->tq, &p->tk, &p->tv, &e.opt);
+        if (st != FA_OK) {
+            res->status = RES_NA;
+            snprintf(res->note, sizeof res->note, "%s: not available for this call: %s",
+                     rs->label, fa_last_error(e.ctx));
+            fa_context_destroy(e.ctx);
+            return RES_NA;
+        }
+        snprintf(res->kernel, sizeof res->kernel, "%s%s", sh->paged ? "kvcache paged; " : "",
+                 kname ? kname : "?");
+        int dq = 0, dk = 0;
+        const char *src = parse_tiles(fa_context_describe(e.ctx), kname, backward, &dq, &dk);
+        if (br_model <= 0 && dq > 0) br_model = dq, br_src = src;
+        if (bc_model <= 0 && dk > 0) bc_model = dk;
+        if (br_model <= 0) {    /* the paper's Br = min(M/(4d), d), M = L1d in elements */
+            br_model = R->caches.l1d / (long)fa_dtype_size(sh->dtype) / (4 * sh->d);
+            if (br_model > sh->d) br_model = sh->d;
+            br_src = "the paper's Br = min(M/4d, d), M = L1d";
+        }
+        if (bc_model <= 0) bc_model = br_model;
+        if (br_model > sh->Sq) br_model = sh->Sq;      /* tiles are clamped to the problem */
+        if (bc_model > sh->Sk) bc_model = sh->Sk;
+        /* m, l per row; per thread one Q tile, K and V tiles, the S tile, the O accumulator
+           (fp32); the backward adds fp32 dQ and D per row. */
+        double tiles = 4.0 * (2.0 * br_model * sh->d + 2.0 * bc_model * sh->d +
+                              (double)br_model * bc_model + 2.0 * br_model);
+        res->extra_model = 8.0 * sh->B * sh->H * sh->Sq + used * tiles;
+        if (backward) res->extra_model += 4.0 * sh->B * sh->H * sh->Sq * (sh->d + 1);
+        res->io_model = backward ? io_model_flash_bwd(sh, bc_model) : io_model_flash(sh, br_model);
+        if (backward) {                        /* out and lse from a forward first */
+            if (fa_forward(e.ctx, &p->tout, p->lse, &p->tq, &p->tk, &p->tv, &e.opt) != FA_OK) {
+                res->status = RES_FAIL;
+                snprintf(res->note, sizeof res->note, "forward before backward: %s",
+                         fa_last_error(e.ctx));
+                fa_context_destroy(e.ctx);
+                return RES_FAIL;
+            }
+        }
+    }
+    res->threads = used;
+
+    /* ---- 1. check (and warm up, and record the peak RSS growth) ---- */
+    size_t nq = (size_t)(sh->B * sh->Sq * sh->H * sh->d);
+    size_t nk = (size_t)(sh->B * sh->Sk * sh->Hkv * sh->d);
+    if (backward) {
+        poison(p->dq, sh->dtype, nq);
+        poison(p->dk, sh->dtype, nk);
+        poison(p->dv, sh->dtype, nk);
+    } else if (rs->kind == IMPL_FA) {
+        bp_poison_out(p);
+    } else {
+        poison(e.outf, FA_F32, nq);
+    }
+    if (rs->kind != IMPL_FA) {
+        reset = rss_reset_peak();
+        before = reset ? rss_now_kib() : rss_peak_kib();
+    }
+    double t0 = now_s();
+    int rc = run_once(&e);
+    double t_first = now_s() - t0;
+    long after = rss_peak_kib();
+    if (before >= 0 && after >= 0) res->rss_delta = 1024.0 * (double)(after > before ? after - before : 0);
+    if (rc != 0) {
+        res->status = RES_FAIL;
+        snprintf(res->note, sizeof res->note, "%s: call failed: %s", rs->label,
+                 e.ctx ? fa_last_error(e.ctx) : "out of memory");
+        goto done;
+    }
+    bench_check c;
+    int ok = backward ? check_backward(p, R->check_rows, &c)
+                      : check_forward(p, rs->kind == IMPL_FA ? p->out : e.outf,
+                                      rs->kind == IMPL_FA ? sh->dtype : FA_F32, R->check_rows, &c);
+    res->err = c.err;
+    res->tol = c.tol;
+    if (!ok) {
+        res->status = RES_FAIL;
+        snprintf(res->note, sizeof res->note, "oracle check FAILED on %d rows: max err %.3g > "
+                 "tol %.3g%s; not timed", c.rows, c.err, c.tol, c.nan ? " (NaN in output)" : "");
+        goto done;
+    }
+
+    /* ---- 2. time ---- */
+    if (t_first < 0.05) {                     /* short calls: a few more warm-up runs */
+        for (int i = 0; i < 3; i++) run_once(&e);
+    }
+    int n = (int)(R->budget / (t_first > 1e-6 ? t_first : 1e-6));
+    if (n > R->repeats) n = R->repeats;
+    if (n < 3) n = 3;
+    double *t = malloc((size_t)n * sizeof(double));
+    if (!t) {
+        res->status = RES_FAIL;
+        snprintf(res->note, sizeof res->note, "out of memory");
+        goto done;
+    }
+    perf_start();
+    for (int i = 0; i < n; i++) {
+        double s0 = now_s();
+        run_once(&e);
+        t[i] = now_s() - s0;
+    }
+    double bytes = perf_stop_bytes();
+    qsort(t, (size_t)n, sizeof(double), cmp_double);
+    res->runs = n;
+    res->t_min = t[0];
+    res->t_max = t[n - 1];
+    res->t_med = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+    free(t);
+    res->io_meas = bytes >= 0 ? bytes / n : -1;
+    res->gflops = bp_flops(sh, backward) / res->t_med / 1e9;
+    double pk = peak_for(&R->peak, used, sh->dtype);
+    res->pct_peak = pk > 0 ? 100.0 * res->gflops / pk : 0;
+    res->status = RES_OK;
+    snprintf(res->note, sizeof res->note, "check %.2g <= tol %.2g (%d rows)%s%s%s", c.err,
+             c.tol, c.rows, rs->kind == IMPL_FA ? "; IO model Br from " : "",
+             rs->kind == IMPL_FA ? br_src : "", used != threads ? "; 1 thread (reference)" : "");
+done:
+    free(e.outf);
+    fa_context_destroy(e.ctx);
+    return res->status;
+}

@@ -1,0 +1,43 @@
+# tests/local.mk - the Check suites (included from the top-level Makefile.am).
+# Every program runs each case on the backends in FA_TEST_BACKENDS (default
+# reference,cpu). FA_TEST_SLOW=1 adds the full cross-product sweeps; FA_TEST_BIG=1 the
+# > 2^31-element test. See tests/testutil.h.
+EXTRA_DIST += tests/KNOWN_FAILURES.md
+
+if HAVE_CHECK
+TESTS_COMMON = tests/oracle.c tests/oracle.h tests/testutil.c tests/testutil.h tests/cases.h
+TESTS_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -I$(top_srcdir)/tests
+TESTS_LDADD = libflashattn.la $(CHECK_LIBS) -lm
+
+check_PROGRAMS += tests/test_oracle tests/test_api tests/test_forward tests/test_backward \
+	tests/test_varlen_kvcache tests/test_bad_input tests/test_determinism tests/test_combine
+# Slowest first so that make -j2 check overlaps them best.
+TESTS += tests/test_forward tests/test_backward tests/test_varlen_kvcache \
+	tests/test_determinism tests/test_bad_input tests/test_combine tests/test_api \
+	tests/test_oracle
+
+tests_test_oracle_SOURCES = tests/test_oracle.c $(TESTS_COMMON)
+tests_test_oracle_CFLAGS = $(TESTS_CFLAGS)
+tests_test_oracle_LDADD = $(TESTS_LDADD)
+tests_test_api_SOURCES = tests/test_api.c $(TESTS_COMMON)
+tests_test_api_CFLAGS = $(TESTS_CFLAGS)
+tests_test_api_LDADD = $(TESTS_LDADD)
+tests_test_forward_SOURCES = tests/test_forward.c $(TESTS_COMMON)
+tests_test_forward_CFLAGS = $(TESTS_CFLAGS)
+tests_test_forward_LDADD = $(TESTS_LDADD)
+tests_test_backward_SOURCES = tests/test_backward.c $(TESTS_COMMON)
+tests_test_backward_CFLAGS = $(TESTS_CFLAGS)
+tests_test_backward_LDADD = $(TESTS_LDADD)
+tests_test_varlen_kvcache_SOURCES = tests/test_varlen_kvcache.c $(TESTS_COMMON)
+tests_test_varlen_kvcache_CFLAGS = $(TESTS_CFLAGS)
+tests_test_varlen_kvcache_LDADD = $(TESTS_LDADD)
+tests_test_bad_input_SOURCES = tests/test_bad_input.c $(TESTS_COMMON)
+tests_test_bad_input_CFLAGS = $(TESTS_CFLAGS)
+tests_test_bad_input_LDADD = $(TESTS_LDADD)
+tests_test_determinism_SOURCES = tests/test_determinism.c $(TESTS_COMMON)
+tests_test_determinism_CFLAGS = $(TESTS_CFLAGS)
+tests_test_determinism_LDADD = $(TESTS_LDADD)
+tests_test_combine_SOURCES = tests/test_combine.c $(TESTS_COMMON)
+tests_test_combine_CFLAGS = $(TESTS_CFLAGS)
+tests_test_combine_LDADD = $(TESTS_LDADD)
+endif

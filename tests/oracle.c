@@ -1,0 +1,356 @@
+/* oracle.c - naive attention in double (the oracle) and in "same precision" (float with
+ * storage-dtype rounding of S, P and the results), one sequence at a time. See oracle.h.
+ *
+ * Written from API.md: s = scale*q.k ; softcap ; + ALiBi + bias ; mask ; softmax with the
+ * sink logit in the denominator ; dropout on the probabilities (kept ones * 1/(1-p)).
+ * Nothing here is blocked or online: the full row of scores is materialized.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "oracle.h"
+#include "philox.h"
+#include "dtype.h"
+
+static int64_t or_off(const or_seq *s)
+{
+    return s->causal == FA_CAUSAL_TOP_LEFT ? 0 : s->sk - s->sq;
+}
+
+int or_visible(const or_seq *s, int64_t i, int64_t j)
+{
+    if (j < 0 || j >= s->sk || i < 0 || i >= s->sq) return 0;
+    int64_t pos = i + or_off(s);
+    int64_t wl = -1, wr = -1;
+    if (s->window) { wl = s->wl; wr = s->wr; }
+    if (s->causal != FA_CAUSAL_NONE) wr = 0;
+    if (wl >= 0 && j < pos - wl) return 0;
+    if (wr >= 0 && j > pos + wr) return 0;
+    return 1;
+}
+
+double or_dropout_mult(const or_seq *s, int64_t h, int64_t i, int64_t j)
+{
+    if (!(s->dropout_p > 0.0f)) return 1.0;
+    fa_dropout_key key = fa_dropout_make_key(s->seed, s->offset, s->dropout_p);
+    if (!fa_dropout_keep(&key, s->drop_b, h, s->drop_i0 + i, j)) return 0.0;
+    return 1.0 / (1.0 - (double)s->dropout_p);
+}
+
+/* Everything added to the capped score: ALiBi and bias. */
+static double or_addend(const or_seq *s, int64_t h, int64_t i, int64_t j)
+{
+    double a = 0.0;
+    if (s->alibi) {
+        int64_t dist = i + or_off(s) - j;
+        if (dist < 0) dist = -dist;
+        a -= s->alibi[h] * (double)dist;
+    }
+    if (s->bias) a += s->bias[(h * s->sq + i) * s->sk + j];
+    return a;
+}
+
+/* Score of (h, i, j) in double; *dcap = d(capped)/d(scaled) (1 without softcap). */
+static double or_score(const or_seq *s, const double *q, const double *k, int64_t h,
+                       int64_t i, int64_t j, double *dcap)
+{
+    int64_t hk = h / (s->hq / s->hkv);
+    const double *qi = q + (i * s->hq + h) * s->dqk;
+    const double *kj = k + (j * s->hkv + hk) * s->dqk;
+    double dot = 0.0;
+    for (int64_t c = 0; c < s->dqk; c++) dot += qi[c] * kj[c];
+    double x = s->scale * dot;
+    *dcap = 1.0;
+    if (s->softcap > 0.0) {
+        double t = tanh(x / s->softcap);
+        x = s->softcap * t;
+        *dcap = 1.0 - t * t;
+    }
+    return x + or_addend(s, h, i, j);
+}
+
+/* Probabilities of row (h, i) in double: p[j] (0 for invisible keys); returns lse and
+   sets *psink = exp(sink - lse) (0 without sinks). dcap[j] filled when non-NULL. */
+static double or_row_probs(const or_seq *s, const double *q, const double *k, int64_t h,
+                           int64_t i, double *p, double *dcap, double *psink)
+{
+    double m = -INFINITY;
+    int any = 0, nan = 0;
+    for (int64_t j = 0; j < s->sk; j++) {
+        if (!or_visible(s, i, j)) { p[j] = 0.0; if (dcap) dcap[j] = 0.0; continue; }
+        double dc;
+        double x = or_score(s, q, k, h, i, j, &dc);
+        p[j] = x;
+        if (dcap) dcap[j] = dc;
+        if (isnan(x)) nan = 1;
+        if (!any || x > m) m = x;
+        any = 1;
+    }
+    if (s->sinks) {
+        double sk = s->sinks[h];
+        if (!any || sk > m) m = sk;
+        any = 1;
+    }
+    *psink = 0.0;
+    if (!any) {
+        return -INFINITY;
+    }
+    if (nan) m = NAN;
+    double sum = 0.0;
+    for (int64_t j = 0; j < s->sk; j++)
+        if (or_visible(s, i, j)) sum += exp(p[j] - m);
+    if (s->sinks) sum += exp(s->sinks[h] - m);
+    double lse = m + log(sum);
+    for (int64_t j = 0; j < s->sk; j++)
+        p[j] = or_visible(s, i, j) ? exp(p[j] - lse) : 0.0;
+    if (s->sinks) *psink = exp(s->sinks[h] - lse);
+    return lse;
+}
+
+void or_forward(const or_seq *s, const double *q, const double *k, const double *v,
+                double *out, double *lse)
+{
+    double *p = malloc(sizeof(double) * (size_t)(s->sk > 0 ? s->sk : 1));
+    int64_t group = s->hkv > 0 ? s->hq / s->hkv : 1;
+    for (int64_t h = 0; h < s->hq; h++) {
+        int64_t hk = h / group;
+        for (int64_t i = 0; i < s->sq; i++) {
+            double psink;
+            double l = or_row_probs(s, q, k, h, i, p, NULL, &psink);
+            if (lse) lse[h * s->sq + i] = l;
+            double *o = out + (i * s->hq + h) * s->dv;
+            for (int64_t c = 0; c < s->dv; c++) o[c] = 0.0;
+            if (l == -INFINITY) continue;           /* fully masked, no sink */
+            for (int64_t j = 0; j < s->sk; j++) {
+                if (!or_visible(s, i, j)) continue;
+                double pd = p[j] * or_dropout_mult(s, h, i, j);
+                const double *vj = v + (j * s->hkv + hk) * s->dv;
+                for (int64_t c = 0; c < s->dv; c++) o[c] += pd * vj[c];
+            }
+        }
+    }
+    free(p);
+}
+
+void or_backward(const or_seq *s, const double *q, const double *k, const double *v,
+                 const double *dout, double *dq, double *dk, double *dv, double *dsinks)
+{
+    int64_t n = s->sk > 0 ? s->sk : 1;
+    double *p = malloc(sizeof(double) * (size_t)n);
+    double *dc = malloc(sizeof(double) * (size_t)n);
+    double *dp = malloc(sizeof(double) * (size_t)n);
+    int64_t group = s->hkv > 0 ? s->hq / s->hkv : 1;
+    memset(dq, 0, sizeof(double) * (size_t)(s->sq * s->hq * s->dqk));
+    memset(dk, 0, sizeof(double) * (size_t)(s->sk * s->hkv * s->dqk));
+    memset(dv, 0, sizeof(double) * (size_t)(s->sk * s->hkv * s->dv));
+    for (int64_t h = 0; h < s->hq; h++) {
+        int64_t hk = h / group;
+        for (int64_t i = 0; i < s->sq; i++) {
+            double psink;
+            double l = or_row_probs(s, q, k, h, i, p, dc, &psink);
+            if (l == -INFINITY) continue;
+            const double *doi = dout + (i * s->hq + h) * s->dv;
+            const double *qi = q + (i * s->hq + h) * s->dqk;
+            double *dqi = dq + (i * s->hq + h) * s->dqk;
+            double D = 0.0;
+            for (int64_t j = 0; j < s->sk; j++) {
+                dp[j] = 0.0;
+                if (!or_visible(s, i, j)) continue;
+                double mult = or_dropout_mult(s, h, i, j);
+                const double *vj = v + (j * s->hkv + hk) * s->dv;
+                double *dvj = dv + (j * s->hkv + hk) * s->dv;
+                double dpd = 0.0;
+                for (int64_t c = 0; c < s->dv; c++) {
+                    dpd += doi[c] * vj[c];
+                    dvj[c] += p[j] * mult * doi[c];
+                }
+                dp[j] = dpd * mult;
+                D += p[j] * dp[j];
+            }
+            if (dsinks && s->sinks) dsinks[h] += -psink * D;
+            for (int64_t j = 0; j < s->sk; j++) {
+                if (!or_visible(s, i, j)) continue;
+                double ds = p[j] * (dp[j] - D) * dc[j] * s->scale;
+                const double *kj = k + (j * s->hkv + hk) * s->dqk;
+                double *dkj = dk + (j * s->hkv + hk) * s->dqk;
+                for (int64_t c = 0; c < s->dqk; c++) {
+                    dqi[c] += ds * kj[c];
+                    dkj[c] += ds * qi[c];
+                }
+            }
+        }
+    }
+    free(p); free(dc); free(dp);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Same-precision naive                                                                 */
+/* ------------------------------------------------------------------------------------ */
+
+static float rnd(fa_dtype t, float x) { return fa_round_to(t, x); }
+
+/* Row (h, i) as a plain low-precision implementation computes it. p[j] is P rounded to dt
+   (0 when invisible); returns lse (float math); *psink. dcap[j]: softcap derivative. */
+static float sp_row_probs(const or_seq *s, fa_dtype dt, const double *q, const double *k,
+                          int64_t h, int64_t i, float *p, float *dcap, float *psink)
+{
+    int64_t hk = h / (s->hq / s->hkv);
+    int64_t off = or_off(s);
+    float m = -INFINITY;
+    int any = 0, nan = 0;
+    for (int64_t j = 0; j < s->sk; j++) {
+        p[j] = 0.0f;
+        if (dcap) dcap[j] = 0.0f;
+        if (!or_visible(s, i, j)) continue;
+        const double *qi = q + (i * s->hq + h) * s->dqk;
+        const double *kj = k + (j * s->hkv + hk) * s->dqk;
+        float dot = 0.0f;
+        for (int64_t c = 0; c < s->dqk; c++) dot += (float)qi[c] * (float)kj[c];
+        float x = rnd(dt, rnd(dt, dot) * (float)s->scale);
+        float dc = 1.0f;
+        if (s->softcap > 0.0) {
+            float cap = (float)s->softcap;
+            float t = rnd(dt, tanhf(x / cap));
+            x = rnd(dt, cap * t);
+            dc = rnd(dt, 1.0f - t * t);
+        }
+        if (s->alibi) {
+            int64_t dist = i + off - j;
+            if (dist < 0) dist = -dist;
+            x = rnd(dt, x - (float)s->alibi[h] * (float)dist);
+        }
+        if (s->bias) x = rnd(dt, x + (float)s->bias[(h * s->sq + i) * s->sk + j]);
+        p[j] = x;
+        if (dcap) dcap[j] = dc;
+        if (isnan(x)) nan = 1;
+        if (!any || x > m) m = x;
+        any = 1;
+    }
+    if (s->sinks) {
+        float sk = (float)s->sinks[h];
+        if (!any || sk > m) m = sk;
+        any = 1;
+    }
+    *psink = 0.0f;
+    if (!any) return -INFINITY;
+    if (nan) m = NAN;
+    float sum = 0.0f;
+    for (int64_t j = 0; j < s->sk; j++)
+        if (or_visible(s, i, j)) sum += expf(p[j] - m);
+    if (s->sinks) sum += expf((float)s->sinks[h] - m);
+    for (int64_t j = 0; j < s->sk; j++)
+        if (or_visible(s, i, j)) p[j] = rnd(dt, expf(p[j] - m) / sum);
+    if (s->sinks) *psink = expf((float)s->sinks[h] - m) / sum;
+    return m + logf(sum);
+}
+
+void or_forward_sp(const or_seq *s, fa_dtype dt, fa_dtype odt, const double *q,
+                   const double *k, const double *v, double *out, double *lse)
+{
+    float *p = malloc(sizeof(float) * (size_t)(s->sk > 0 ? s->sk : 1));
+    float *acc = malloc(sizeof(float) * (size_t)(s->dv > 0 ? s->dv : 1));
+    int64_t group = s->hkv > 0 ? s->hq / s->hkv : 1;
+    for (int64_t h = 0; h < s->hq; h++) {
+        int64_t hk = h / group;
+        for (int64_t i = 0; i < s->sq; i++) {
+            float psink;
+            float l = sp_row_probs(s, dt, q, k, h, i, p, NULL, &psink);
+            if (lse) lse[h * s->sq + i] = l;
+            for (int64_t c = 0; c < s->dv; c++) acc[c] = 0.0f;
+            if (l != -INFINITY) {
+                for (int64_t j = 0; j < s->sk; j++) {
+                    if (!or_visible(s, i, j)) continue;
+                    float pd = rnd(dt, p[j] * (float)or_dropout_mult(s, h, i, j));
+                    const double *vj = v + (j * s->hkv + hk) * s->dv;
+                    for (int64_t c = 0; c < s->dv; c++) acc[c] += pd * (float)vj[c];
+                }
+            }
+            double *o = out + (i * s->hq + h) * s->dv;
+            for (int64_t c = 0; c < s->dv; c++) o[c] = rnd(odt, acc[c]);
+        }
+    }
+    free(p); free(acc);
+}
+
+void or_backward_sp(const or_seq *s, fa_dtype dt, fa_dtype odt, const double *q,
+                    const double *k, const double *v, const double *out, const double *dout,
+                    double *dq, double *dk, double *dv, double *dsinks)
+{
+    int64_t n = s->sk > 0 ? s->sk : 1;
+    int64_t nq = s->sq * s->hq * s->dqk, nk = s->sk * s->hkv * s->dqk;
+    int64_t nv = s->sk * s->hkv * s->dv;
+    float *p = malloc(sizeof(float) * (size_t)n), *dc = malloc(sizeof(float) * (size_t)n);
+    float *dp = malloc(sizeof(float) * (size_t)n);
+    float *fq = calloc((size_t)(nq > 0 ? nq : 1), sizeof(float));
+    float *fk = calloc((size_t)(nk > 0 ? nk : 1), sizeof(float));
+    float *fv = calloc((size_t)(nv > 0 ? nv : 1), sizeof(float));
+    int64_t group = s->hkv > 0 ? s->hq / s->hkv : 1;
+    for (int64_t h = 0; h < s->hq; h++) {
+        int64_t hk = h / group;
+        for (int64_t i = 0; i < s->sq; i++) {
+            float psink;
+            float l = sp_row_probs(s, dt, q, k, h, i, p, dc, &psink);
+            if (l == -INFINITY) continue;
+            const double *doi = dout + (i * s->hq + h) * s->dv;
+            const double *qi = q + (i * s->hq + h) * s->dqk;
+            float *dqi = fq + (i * s->hq + h) * s->dqk;
+            const double *oi = out + (i * s->hq + h) * s->dv;
+            float D = 0.0f;
+            for (int64_t c = 0; c < s->dv; c++) D += (float)doi[c] * (float)oi[c];
+            for (int64_t j = 0; j < s->sk; j++) {
+                dp[j] = 0.0f;
+                if (!or_visible(s, i, j)) continue;
+                float mult = (float)or_dropout_mult(s, h, i, j);
+                float pd = rnd(dt, p[j] * mult);
+                const double *vj = v + (j * s->hkv + hk) * s->dv;
+                float *dvj = fv + (j * s->hkv + hk) * s->dv;
+                float dpd = 0.0f;
+                for (int64_t c = 0; c < s->dv; c++) {
+                    dpd += (float)doi[c] * (float)vj[c];
+                    dvj[c] += pd * (float)doi[c];
+                }
+                dp[j] = rnd(dt, dpd) * mult;
+            }
+            if (dsinks && s->sinks) dsinks[h] += -(double)psink * (double)D;
+            for (int64_t j = 0; j < s->sk; j++) {
+                if (!or_visible(s, i, j)) continue;
+                float ds = rnd(dt, p[j] * (dp[j] - D));
+                if (s->softcap > 0.0) ds = rnd(dt, ds * dc[j]);
+                const double *kj = k + (j * s->hkv + hk) * s->dqk;
+                float *dkj = fk + (j * s->hkv + hk) * s->dqk;
+                for (int64_t c = 0; c < s->dqk; c++) {
+                    dqi[c] += ds * (float)kj[c];
+                    dkj[c] += ds * (float)qi[c];
+                }
+            }
+        }
+    }
+    float sc = (float)s->scale;
+    for (int64_t x = 0; x < nq; x++) dq[x] = rnd(odt, fq[x] * sc);
+    for (int64_t x = 0; x < nk; x++) dk[x] = rnd(odt, fk[x] * sc);
+    for (int64_t x = 0; x < nv; x++) dv[x] = rnd(odt, fv[x]);
+    free(p); free(dc); free(dp); free(fq); free(fk); free(fv);
+}
+
+void or_combine(int n, int64_t rows, int64_t d, const double *const *parts,
+                const double *const *lse_parts, double *out, double *lse)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        double m = -INFINITY;
+        for (int i = 0; i < n; i++)
+            if (lse_parts[i][r] > m) m = lse_parts[i][r];
+        double *o = out + r * d;
+        for (int64_t c = 0; c < d; c++) o[c] = 0.0;
+        if (m == -INFINITY) { if (lse) lse[r] = -INFINITY; continue; }
+        double sum = 0.0;
+        for (int i = 0; i < n; i++) sum += exp(lse_parts[i][r] - m);
+        double L = m + log(sum);
+        if (lse) lse[r] = L;
+        for (int i = 0; i < n; i++) {
+            double w = exp(lse_parts[i][r] - L);
+            if (w == 0.0) continue;
+            for (int64_t c = 0; c < d; c++) o[c] += w * parts[i][r * d + c];
+        }
+    }
+}

@@ -1,0 +1,70 @@
+/* oracle.h - the test oracle: naive attention, written from API.md alone.
+ *
+ * Shares no code with the library except lib/philox.h (the dropout keep-mask definition,
+ * which has its own known-answer test in test_oracle.c) and lib/dtype.h (storage
+ * conversions). Everything works on ONE sequence at a time, on dense row-major arrays:
+ *
+ *   q    [sq][hq][dqk]      k  [sk][hkv][dqk]     v [sk][hkv][dv]
+ *   out  [sq][hq][dv]       lse[hq][sq]           dout like out
+ *   dq like q, dk like k, dv like v; dsinks[hq] is ACCUMULATED (sum over sequences).
+ *   bias [hq][sq][sk] (already broadcast) or NULL.
+ *
+ * Two flavours:
+ *   or_forward / or_backward        double precision, full score matrix, textbook softmax
+ *                                   and gradients: the "oracle".
+ *   or_forward_sp / or_backward_sp  "same-precision naive": what a plain fp16/bf16
+ *                                   implementation computes (float accumulation, S and P
+ *                                   rounded to the storage dtype, results rounded to the
+ *                                   output dtype). Only used to size the tolerance.
+ */
+#ifndef FA_TEST_ORACLE_H
+#define FA_TEST_ORACLE_H
+
+#include <stdint.h>
+#include "flashattn.h"
+
+typedef struct {
+    int64_t sq, sk, hq, hkv, dqk, dv;
+    double scale;          /* resolved: never 0 (0 in fa_options means 1/sqrt(dqk))       */
+    int causal;            /* FA_CAUSAL_NONE / _BOTTOM_RIGHT / _TOP_LEFT                  */
+    int window;            /* 0/1 as in fa_options                                        */
+    int64_t wl, wr;        /* window_left/right (-1 unbounded), used when window == 1     */
+    double softcap;        /* 0 = off                                                     */
+    const double *alibi;   /* [hq] or NULL                                                */
+    const double *sinks;   /* [hq] or NULL                                                */
+    const double *bias;    /* [hq][sq][sk] or NULL                                        */
+    float dropout_p;       /* 0 = off (float: exactly what the caller passes)             */
+    uint64_t seed, offset;
+    int64_t drop_b;        /* Philox b (batch / sequence index)                           */
+    int64_t drop_i0;       /* Philox i of query 0 (kvcache: cache_seqlens[b])             */
+} or_seq;
+
+/* Is key j visible to query i? (API.md "Causal and windows") */
+int or_visible(const or_seq *s, int64_t i, int64_t j);
+
+/* Dropout multiplier of element (h, i, j): 0 or 1/(1-p) (1 when dropout is off). */
+double or_dropout_mult(const or_seq *s, int64_t h, int64_t i, int64_t j);
+
+void or_forward(const or_seq *s, const double *q, const double *k, const double *v,
+                double *out, double *lse);
+void or_backward(const or_seq *s, const double *q, const double *k, const double *v,
+                 const double *dout, double *dq, double *dk, double *dv, double *dsinks);
+
+/* Same-precision naive. dt: storage dtype of q/k/v; odt: dtype of out (and dq, dk, dv).
+   Inputs are the stored values (already representable in dt). */
+void or_forward_sp(const or_seq *s, fa_dtype dt, fa_dtype odt, const double *q,
+                   const double *k, const double *v, double *out, double *lse);
+/* The backward receives `out` as the forward stored it (API: out and lse as fa_forward
+   returned them), so a plain implementation of this API forms D_i = rowsum(dout_i * out_i)
+   from that rounded out, the way flash-attention's backward does. out: [sq][hq][dv], the
+   same-precision forward's output. */
+void or_backward_sp(const or_seq *s, fa_dtype dt, fa_dtype odt, const double *q,
+                    const double *k, const double *v, const double *out, const double *dout,
+                    double *dq, double *dk, double *dv, double *dsinks);
+
+/* Combine: out[r][c] = sum_i exp(lse_i[r] - lse[r]) out_i[r][c], lse = logsumexp lse_i.
+   parts[i] is [rows][d]; lse_parts[i] is [rows]. A row with all lse_i = -inf: 0, -inf. */
+void or_combine(int n, int64_t rows, int64_t d, const double *const *parts,
+                const double *const *lse_parts, double *out, double *lse);
+
+#endif

@@ -1,0 +1,505 @@
+/* test_bad_input.c - every argument of every public operation broken at least once.
+ *
+ * For each broken call, on every backend under test: the status is FA_ERR_INVALID_ARG;
+ * fa_last_error(ctx) is one line that starts with the function name and names the argument
+ * as the header spells it (whole word: "k", "opt->dropout_p", "cu_seqlens_q", ...); no
+ * byte of any buffer (outputs, inputs, caches) changed; and the same context then serves
+ * the valid version of the call with FA_OK.
+ */
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+#include "dtype.h"
+
+enum { F_FWD, F_BWD, F_FWD_VL, F_BWD_VL, F_KV, F_KV_PAGED, F_COMBINE, F_QUERY, F_QUERY_BWD };
+static const char *FN_NAMES[] = { "fa_forward", "fa_backward", "fa_forward_varlen",
+    "fa_backward_varlen", "fa_forward_kvcache", "fa_forward_kvcache", "fa_combine", "fa_query",
+    "fa_query_backward" };
+
+#define B_ 2
+#define SQ 5
+#define SK 7
+#define H_ 4
+#define HK 2
+#define D_ 16
+#define SC 12   /* cache capacity */
+#define SN 2    /* k_new rows */
+#define PS 4    /* page size */
+
+/* All memory of the fixture lives in these regions; a failing call may change none. */
+typedef struct {
+    uint16_t q[B_ * SQ * H_ * D_], k[B_ * SK * HK * D_], v[B_ * SK * HK * D_];
+    uint16_t out[B_ * SQ * H_ * D_], dout[B_ * SQ * H_ * D_];
+    uint16_t dq[B_ * SQ * H_ * D_], dk[B_ * SK * HK * D_], dv[B_ * SK * HK * D_];
+    float lse[B_ * H_ * SQ], lse_in[B_ * H_ * SQ], dsinks[H_], sinks[H_], slopes[H_];
+    float bias[B_ * SQ * H_ * SK];
+    uint16_t kc[B_ * SC * HK * D_], vc[B_ * SC * HK * D_], kn[B_ * SN * HK * D_], vn[B_ * SN * HK * D_];
+    float parts[2][B_ * SQ * H_ * D_], lparts[2][B_ * H_ * SQ];
+    int32_t cuq[B_ + 1], cuk[B_ + 1], cs[B_], bt[B_ * 3];
+} mem_t;
+
+typedef struct {
+    mem_t *m;
+    fa_tensor out, q, k, v, dq, dk, dv, dout, obwd, bias, kc, vc, kn, vn, parts[2];
+    fa_tensor *pout, *pq, *pk, *pv, *pdq, *pdk, *pdv, *pdout, *pobwd, *pkc, *pvc, *pkn, *pvn, *pparts;
+    float *lse, *dsinks;
+    const float *lse_in, *lps[2];
+    const float *const *plps;
+    const int32_t *cuq, *cuk, *cs, *bt;
+    int64_t batch, maxq, maxk, maxpages;
+    int n;
+    fa_options opt;
+    const fa_options *popt;
+    const char **kname;
+    const char *kname_store;
+} fx;
+
+static fa_tensor T(void *data, fa_dtype dt, int64_t b, int64_t s, int64_t h, int64_t d)
+{
+    return fa_tensor_contiguous(data, dt, b, s, h, d);
+}
+
+static void fx_init(fx *f, mem_t *m, int which)
+{
+    memset(f, 0, sizeof *f);
+    f->m = m;
+    int vl = which == F_FWD_VL || which == F_BWD_VL;
+    if (vl) {   /* packed: q [1, 10, H, d] with cu_q {0, 4, 10}; k [1, 14, Hkv, d] cu_k {0, 6, 14} */
+        f->q = T(m->q, FA_F16, 1, B_ * SQ, H_, D_); f->k = T(m->k, FA_F16, 1, B_ * SK, HK, D_);
+        f->v = T(m->v, FA_F16, 1, B_ * SK, HK, D_); f->out = T(m->out, FA_F16, 1, B_ * SQ, H_, D_);
+        f->dout = T(m->dout, FA_F16, 1, B_ * SQ, H_, D_); f->dq = T(m->dq, FA_F16, 1, B_ * SQ, H_, D_);
+        f->dk = T(m->dk, FA_F16, 1, B_ * SK, HK, D_); f->dv = T(m->dv, FA_F16, 1, B_ * SK, HK, D_);
+        m->cuq[0] = 0; m->cuq[1] = 4; m->cuq[2] = 10;
+        m->cuk[0] = 0; m->cuk[1] = 6; m->cuk[2] = 14;
+        f->maxq = 6; f->maxk = 8;
+    } else {
+        f->q = T(m->q, FA_F16, B_, SQ, H_, D_); f->k = T(m->k, FA_F16, B_, SK, HK, D_);
+        f->v = T(m->v, FA_F16, B_, SK, HK, D_); f->out = T(m->out, FA_F16, B_, SQ, H_, D_);
+        f->dout = T(m->dout, FA_F16, B_, SQ, H_, D_); f->dq = T(m->dq, FA_F16, B_, SQ, H_, D_);
+        f->dk = T(m->dk, FA_F16, B_, SK, HK, D_); f->dv = T(m->dv, FA_F16, B_, SK, HK, D_);
+    }
+    f->obwd = f->out;
+    f->obwd.data = m->dout;   /* backward's `out` input: any finite values */
+    f->bias = T(m->bias, FA_F32, B_, SQ, H_, SK);
+    if (which == F_KV_PAGED) {
+        f->kc = T(m->kc, FA_F16, B_ * 3, PS, HK, D_); f->vc = T(m->vc, FA_F16, B_ * 3, PS, HK, D_);
+        for (int x = 0; x < B_ * 3; x++) m->bt[x] = (x * 5) % (B_ * 3);
+        f->bt = m->bt; f->maxpages = 3;
+    } else {
+        f->kc = T(m->kc, FA_F16, B_, SC, HK, D_); f->vc = T(m->vc, FA_F16, B_, SC, HK, D_);
+    }
+    f->kn = T(m->kn, FA_F16, B_, SN, HK, D_); f->vn = T(m->vn, FA_F16, B_, SN, HK, D_);
+    m->cs[0] = 3; m->cs[1] = 10;
+    for (int p = 0; p < 2; p++) {
+        f->parts[p] = T(m->parts[p], FA_F32, B_, SQ, H_, D_);
+        f->lps[p] = m->lparts[p];
+    }
+    f->pout = &f->out; f->pq = &f->q; f->pk = &f->k; f->pv = &f->v; f->pdq = &f->dq;
+    f->pdk = &f->dk; f->pdv = &f->dv; f->pdout = &f->dout; f->pobwd = &f->obwd;
+    f->pkc = &f->kc; f->pvc = &f->vc; f->pkn = &f->kn; f->pvn = &f->vn; f->pparts = f->parts;
+    f->plps = f->lps;
+    f->lse = m->lse; f->lse_in = m->lse_in; f->dsinks = NULL;
+    f->cuq = m->cuq; f->cuk = m->cuk; f->cs = m->cs;
+    f->batch = B_; f->n = 2;
+    f->popt = &f->opt;
+    f->kname = &f->kname_store;
+}
+
+static void mem_fill(mem_t *m)
+{
+    tu_rng r = { 31337 };
+    uint16_t *h16[] = { m->q, m->k, m->v, m->out, m->dout, m->dq, m->dk, m->dv, m->kc, m->vc, m->kn, m->vn };
+    size_t n16[] = { sizeof m->q, sizeof m->k, sizeof m->v, sizeof m->out, sizeof m->dout,
+                     sizeof m->dq, sizeof m->dk, sizeof m->dv, sizeof m->kc, sizeof m->vc,
+                     sizeof m->kn, sizeof m->vn };
+    for (int a = 0; a < 12; a++)
+        for (size_t i = 0; i < n16[a] / 2; i++) h16[a][i] = fa_f32_to_f16((float)tu_unif(&r));
+    for (size_t i = 0; i < sizeof m->lse / 4; i++) { m->lse[i] = NAN; m->lse_in[i] = 2.0f + (float)tu_unif(&r); }
+    for (int h = 0; h < H_; h++) { m->dsinks[h] = NAN; m->sinks[h] = (float)tu_unif(&r); m->slopes[h] = 0.1f; }
+    for (size_t i = 0; i < sizeof m->bias / 4; i++) m->bias[i] = (float)tu_unif(&r);
+    for (int p = 0; p < 2; p++) {
+        for (size_t i = 0; i < sizeof m->parts[p] / 4; i++) m->parts[p][i] = (float)tu_unif(&r);
+        for (size_t i = 0; i < sizeof m->lparts[p] / 4; i++) m->lparts[p][i] = (float)tu_unif(&r);
+    }
+}
+
+static fa_status fx_call(fa_context *ctx, fx *f, int which)
+{
+    switch (which) {
+    case F_FWD: return fa_forward(ctx, f->pout, f->lse, f->pq, f->pk, f->pv, f->popt);
+    case F_BWD: return fa_backward(ctx, f->pdq, f->pdk, f->pdv, f->dsinks, f->pdout, f->pq, f->pk,
+                                   f->pv, f->pobwd, f->lse_in, f->popt);
+    case F_FWD_VL: return fa_forward_varlen(ctx, f->pout, f->lse, f->pq, f->pk, f->pv, f->cuq,
+                                            f->cuk, f->batch, f->maxq, f->maxk, f->popt);
+    case F_BWD_VL: return fa_backward_varlen(ctx, f->pdq, f->pdk, f->pdv, f->dsinks, f->pdout,
+                                             f->pq, f->pk, f->pv, f->pobwd, f->lse_in, f->cuq,
+                                             f->cuk, f->batch, f->maxq, f->maxk, f->popt);
+    case F_KV: case F_KV_PAGED:
+        return fa_forward_kvcache(ctx, f->pout, f->lse, f->pq, f->pkc, f->pvc, f->pkn, f->pvn,
+                                  f->cs, f->bt, f->maxpages, f->popt);
+    case F_COMBINE: return fa_combine(ctx, f->pout, f->lse, f->pparts, f->plps, f->n);
+    case F_QUERY: return fa_query(ctx, f->kname, f->pout, f->lse, f->pq, f->pk, f->pv, f->popt);
+    case F_QUERY_BWD: return fa_query_backward(ctx, f->kname, f->pdq, f->pdk, f->pdv, f->dsinks,
+                                               f->pdout, f->pq, f->pk, f->pv, f->pobwd,
+                                               f->lse_in, f->popt);
+    }
+    return FA_ERR_INTERNAL;
+}
+
+/* Break one argument. Returns the function, sets *expect to the argument name(s) the
+   message must contain ("a|b": either). -1 past the end. */
+static int mutate(int idx, fx *f, mem_t *m, const char **expect, const char **what)
+{
+#define CASE(n, fn, exp, desc, code) case n: { fx_init(f, m, fn); code; *expect = exp; *what = desc; return fn; }
+    switch (idx) {
+    /* ---- fa_forward ---- */
+    CASE(0, F_FWD, "out", "out NULL", f->pout = NULL)
+    CASE(1, F_FWD, "q", "q NULL", f->pq = NULL)
+    CASE(2, F_FWD, "k", "k NULL", f->pk = NULL)
+    CASE(3, F_FWD, "v", "v NULL", f->pv = NULL)
+    CASE(4, F_FWD, "q", "q.data NULL", f->q.data = NULL)
+    CASE(5, F_FWD, "out", "out.data NULL", f->out.data = NULL)
+    CASE(6, F_FWD, "q", "q.dtype invalid", f->q.dtype = (fa_dtype)7)
+    CASE(7, F_FWD, "k", "k dtype != q dtype", f->k.dtype = FA_BF16)
+    CASE(8, F_FWD, "v", "v dtype != q dtype", f->v.dtype = FA_F32)
+    CASE(9, F_FWD, "out", "out dtype neither q's nor F32", f->out.dtype = FA_BF16)
+    CASE(10, F_FWD, "q", "q.stride[3] = 2", f->q.stride[3] = 2)
+    CASE(11, F_FWD, "k", "k.stride[3] = 0", f->k.stride[3] = 0)
+    CASE(12, F_FWD, "out", "out.stride[3] = 2", f->out.stride[3] = 2)
+    CASE(13, F_FWD, "q", "q.shape[1] negative", f->q.shape[1] = -1)
+    CASE(14, F_FWD, "k", "k.shape[3] negative", f->k.shape[3] = -16)
+    CASE(15, F_FWD, "k|q", "heads do not divide (4 vs 3)", f->k.shape[2] = 3; f->v.shape[2] = 3)
+    CASE(16, F_FWD, "k|q", "heads_kv = 0 with heads_q > 0", f->k.shape[2] = 0; f->v.shape[2] = 0)
+    CASE(17, F_FWD, "k|q", "head dim mismatch q/k", f->k.shape[3] = 8; f->k.stride[2] = 8)
+    CASE(18, F_FWD, "out|v", "head dim mismatch v/out", f->out.shape[3] = 8; f->out.stride[2] = 8)
+    CASE(19, F_FWD, "k|q", "batch mismatch", f->k.shape[0] = 1; f->v.shape[0] = 1)
+    CASE(20, F_FWD, "v|k", "k/v length mismatch", f->v.shape[1] = 6)
+    CASE(21, F_FWD, "out|q", "out Sq mismatch", f->out.shape[1] = 4)
+    CASE(22, F_FWD, "out|q", "out heads mismatch", f->out.shape[2] = 2)
+    CASE(23, F_FWD, "out", "out stride 0 (aliasing)", f->out.stride[1] = 0)
+    CASE(24, F_FWD, "opt->scale", "scale NaN", f->opt.scale = NAN)
+    CASE(25, F_FWD, "opt->scale", "scale +inf", f->opt.scale = INFINITY)
+    CASE(26, F_FWD, "opt->scale", "scale -inf", f->opt.scale = -INFINITY)
+    CASE(27, F_FWD, "opt->window", "window = 2", f->opt.window = 2)
+    CASE(28, F_FWD, "opt->window", "window = -1", f->opt.window = -1)
+    CASE(29, F_FWD, "opt->window_left", "window_left = -2", f->opt.window = 1; f->opt.window_left = -2; f->opt.window_right = 3)
+    CASE(30, F_FWD, "opt->window_right", "window_right = -5", f->opt.window = 1; f->opt.window_left = 3; f->opt.window_right = -5)
+    CASE(31, F_FWD, "opt->dropout_p", "dropout_p = 1", f->opt.dropout_p = 1.0f)
+    CASE(32, F_FWD, "opt->dropout_p", "dropout_p = 1.5", f->opt.dropout_p = 1.5f)
+    CASE(33, F_FWD, "opt->dropout_p", "dropout_p = -0.1", f->opt.dropout_p = -0.1f)
+    CASE(34, F_FWD, "opt->dropout_p", "dropout_p NaN", f->opt.dropout_p = NAN)
+    CASE(35, F_FWD, "opt->softcap", "softcap = -1", f->opt.softcap = -1.0f)
+    CASE(36, F_FWD, "opt->causal", "causal = 7", f->opt.causal = (fa_causal)7)
+    CASE(37, F_FWD, "opt->bias", "bias Sk mismatch", f->bias.shape[3] = SK - 1; f->opt.bias = &f->bias)
+    CASE(38, F_FWD, "opt->bias", "bias stride[3] = 2", f->bias.stride[3] = 2; f->opt.bias = &f->bias)
+    CASE(39, F_FWD, "opt->bias", "bias batch 3 != 2", f->bias.shape[0] = 3; f->bias.stride[0] = 0; f->opt.bias = &f->bias)
+    CASE(40, F_FWD, "opt->bias", "bias heads 2 (not 1 or H)", f->bias.shape[2] = 2; f->opt.bias = &f->bias)
+    CASE(41, F_FWD, "opt->bias", "bias Sq mismatch", f->bias.shape[1] = SQ + 1; f->bias.stride[1] = 0; f->opt.bias = &f->bias)
+    CASE(42, F_FWD, "opt->bias", "bias dtype invalid", f->bias.dtype = (fa_dtype)9; f->opt.bias = &f->bias)
+    CASE(43, F_FWD, "opt->bias", "bias data NULL", f->bias.data = NULL; f->opt.bias = &f->bias)
+    /* ---- fa_backward ---- */
+    CASE(50, F_BWD, "lse", "lse NULL in backward", f->lse_in = NULL)
+    CASE(51, F_BWD, "dsinks", "dsinks without sinks", f->dsinks = f->m->dsinks)
+    CASE(52, F_BWD, "dq", "dq NULL", f->pdq = NULL)
+    CASE(53, F_BWD, "dk", "dk NULL", f->pdk = NULL)
+    CASE(54, F_BWD, "dv", "dv NULL", f->pdv = NULL)
+    CASE(55, F_BWD, "dout", "dout NULL", f->pdout = NULL)
+    CASE(56, F_BWD, "out", "out NULL", f->pobwd = NULL)
+    CASE(57, F_BWD, "q", "q NULL", f->pq = NULL)
+    CASE(58, F_BWD, "k", "k NULL", f->pk = NULL)
+    CASE(59, F_BWD, "v", "v NULL", f->pv = NULL)
+    CASE(60, F_BWD, "dq", "dq dtype neither q's nor F32", f->dq.dtype = FA_BF16)
+    CASE(61, F_BWD, "dk", "dk shape mismatch", f->dk.shape[1] = SK - 1)
+    CASE(62, F_BWD, "dv", "dv heads mismatch", f->dv.shape[2] = 1)
+    CASE(63, F_BWD, "dout|out", "dout shape mismatch", f->dout.shape[1] = SQ - 1)
+    CASE(64, F_BWD, "dout", "dout dtype", f->dout.dtype = FA_BF16)
+    CASE(65, F_BWD, "dq", "dq.stride[3] = 3", f->dq.stride[3] = 3)
+    CASE(66, F_BWD, "opt->dropout_p", "dropout_p = 2", f->opt.dropout_p = 2.0f)
+    CASE(67, F_BWD, "opt->scale", "scale NaN", f->opt.scale = NAN)
+    CASE(68, F_BWD, "dq", "dq.data NULL", f->dq.data = NULL)
+    CASE(69, F_BWD, "k|q", "heads do not divide", f->k.shape[2] = 3; f->v.shape[2] = 3; f->dk.shape[2] = 3; f->dv.shape[2] = 3)
+    CASE(70, F_BWD, "dk", "dk stride 0 (aliasing)", f->dk.stride[1] = 0)
+    /* ---- varlen ---- */
+    CASE(80, F_FWD_VL, "cu_seqlens_q", "cu_seqlens_q NULL", f->cuq = NULL)
+    CASE(81, F_FWD_VL, "cu_seqlens_k", "cu_seqlens_k NULL", f->cuk = NULL)
+    CASE(82, F_FWD_VL, "cu_seqlens_q", "cu_seqlens_q not starting at 0", f->m->cuq[0] = 1)
+    CASE(83, F_FWD_VL, "cu_seqlens_k", "cu_seqlens_k not monotonic", f->m->cuk[1] = 15; f->m->cuk[2] = 14)
+    CASE(84, F_FWD_VL, "cu_seqlens_q", "cu_seqlens_q exceeds the tensor", f->m->cuq[2] = 11)
+    CASE(85, F_FWD_VL, "cu_seqlens_k", "cu_seqlens_k exceeds the tensor", f->m->cuk[2] = 15)
+    CASE(86, F_FWD_VL, "max_seqlen_q", "max_seqlen_q smaller than a sequence", f->maxq = 5)
+    CASE(87, F_FWD_VL, "max_seqlen_k", "max_seqlen_k smaller than a sequence", f->maxk = 7)
+    CASE(88, F_FWD_VL, "batch", "batch negative", f->batch = -1)
+    CASE(89, F_FWD_VL, "q", "q.shape[0] != 1", f->q.shape[0] = 2; f->q.shape[1] = 5)
+    CASE(90, F_FWD_VL, "opt->bias", "bias with varlen", f->bias.shape[0] = 1; f->bias.shape[1] = 10; f->bias.shape[3] = 14; f->bias.stride[2] = 14; f->bias.stride[1] = 0; f->bias.stride[0] = 0; f->opt.bias = &f->bias)
+    CASE(91, F_FWD_VL, "max_seqlen_q", "max_seqlen_q negative", f->maxq = -1)
+    CASE(92, F_FWD_VL, "cu_seqlens_q", "cu_seqlens_q negative entry", f->m->cuq[1] = -2)
+    CASE(93, F_BWD_VL, "cu_seqlens_k", "backward: cu_seqlens_k not monotonic", f->m->cuk[1] = 9; f->m->cuk[2] = 8)
+    CASE(94, F_BWD_VL, "lse", "backward varlen: lse NULL", f->lse_in = NULL)
+    CASE(95, F_BWD_VL, "max_seqlen_k", "backward varlen: max_seqlen_k too small", f->maxk = 3)
+    CASE(96, F_BWD_VL, "dsinks", "backward varlen: dsinks without sinks", f->dsinks = f->m->dsinks)
+    CASE(97, F_BWD_VL, "opt->bias", "backward varlen: bias", f->bias.shape[0] = 1; f->bias.shape[1] = 10; f->bias.shape[3] = 14; f->bias.stride[2] = 14; f->bias.stride[1] = 0; f->bias.stride[0] = 0; f->opt.bias = &f->bias)
+    /* ---- kvcache ---- */
+    CASE(100, F_KV, "cache_seqlens", "cache_seqlens NULL", f->cs = NULL)
+    CASE(101, F_KV, "k_new|v_new", "k_new without v_new", f->pvn = NULL)
+    CASE(102, F_KV, "k_new|v_new", "v_new without k_new", f->pkn = NULL)
+    CASE(103, F_KV, "cache_seqlens", "cache overflow (11 + 2 > 12)", f->m->cs[1] = 11)
+    CASE(104, F_KV, "cache_seqlens", "cache_seqlens negative", f->m->cs[0] = -1)
+    CASE(105, F_KV, "k_cache", "k_cache NULL", f->pkc = NULL)
+    CASE(106, F_KV, "v_cache", "v_cache NULL", f->pvc = NULL)
+    CASE(107, F_KV, "k_cache", "k_cache dtype", f->kc.dtype = FA_BF16)
+    CASE(108, F_KV, "k_new", "k_new dtype", f->kn.dtype = FA_F32)
+    CASE(109, F_KV, "k_new|v_new", "k_new/v_new length mismatch", f->vn.shape[1] = 1)
+    CASE(110, F_KV, "k_cache|q", "k_cache batch mismatch (contiguous)", f->kc.shape[0] = 1; f->vc.shape[0] = 1)
+    CASE(111, F_KV, "opt->bias", "bias with kvcache", f->opt.bias = &f->bias)
+    CASE(112, F_KV, "k_cache|q", "k_cache head dim mismatch", f->kc.shape[3] = 8; f->kc.stride[2] = 8)
+    CASE(113, F_KV, "v_cache|k_cache", "v_cache length mismatch", f->vc.shape[1] = 11)
+    CASE(114, F_KV_PAGED, "block_table", "block_table entry out of range", f->m->bt[1] = 6)
+    CASE(115, F_KV_PAGED, "block_table", "block_table entry negative (page in use)", f->m->bt[3] = -1)
+    CASE(116, F_KV_PAGED, "cache_seqlens", "paged cache overflow (11 + 2 > 3*4)", f->m->cs[0] = 11)
+    CASE(117, F_KV_PAGED, "max_pages_per_seq", "max_pages_per_seq negative", f->maxpages = -1)
+    CASE(118, F_KV, "opt->dropout_p", "kvcache dropout_p = 1", f->opt.dropout_p = 1.0f)
+    CASE(119, F_KV, "out", "kvcache out NULL", f->pout = NULL)
+    CASE(120, F_KV, "k_new", "k_new heads mismatch", f->kn.shape[2] = 1; f->vn.shape[2] = 1)
+    /* ---- combine ---- */
+    CASE(130, F_COMBINE, "n", "n = 0", f->n = 0)
+    CASE(131, F_COMBINE, "n", "n = -3", f->n = -3)
+    CASE(132, F_COMBINE, "out_parts", "out_parts NULL", f->pparts = NULL)
+    CASE(133, F_COMBINE, "lse_parts", "lse_parts NULL", f->plps = NULL)
+    CASE(134, F_COMBINE, "lse_parts", "lse_parts[1] NULL", f->lps[1] = NULL)
+    CASE(135, F_COMBINE, "out_parts", "out_parts[1] shape mismatch", f->parts[1].shape[1] = SQ - 1)
+    CASE(136, F_COMBINE, "out|out_parts", "out shape mismatch", f->out.shape[3] = 8; f->out.stride[2] = 8)
+    CASE(137, F_COMBINE, "out_parts", "out_parts[0] stride[3] = 2", f->parts[0].stride[3] = 2)
+    CASE(138, F_COMBINE, "out", "out NULL", f->pout = NULL)
+    CASE(139, F_COMBINE, "out_parts", "out_parts[0] dtype invalid", f->parts[0].dtype = (fa_dtype)5)
+    /* ---- query ---- */
+    CASE(140, F_QUERY, "kernel_name", "kernel_name NULL", f->kname = NULL)
+    CASE(141, F_QUERY, "k|q", "query: heads do not divide", f->k.shape[2] = 3; f->v.shape[2] = 3)
+    CASE(142, F_QUERY, "opt->dropout_p", "query: dropout_p = 1", f->opt.dropout_p = 1.0f)
+    CASE(143, F_QUERY_BWD, "lse", "query_backward: lse NULL", f->lse_in = NULL)
+    CASE(144, F_QUERY_BWD, "kernel_name", "query_backward: kernel_name NULL", f->kname = NULL)
+    default: return -1;
+    }
+#undef CASE
+}
+#define N_MUT 145
+
+/* whole-word search of any alternative in "a|b|c" */
+static int names_arg(const char *msg, const char *expect)
+{
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", expect);
+    for (char *tok = strtok(buf, "|"); tok; tok = strtok(NULL, "|")) {
+        size_t n = strlen(tok);
+        for (const char *p = strstr(msg, tok); p; p = strstr(p + 1, tok)) {
+            int before = p == msg || !(isalnum((unsigned char)p[-1]) || p[-1] == '_' || p[-1] == '>');
+            char a = p[n];
+            int after = !(isalnum((unsigned char)a) || a == '_');
+            if (before && after) return 1;
+        }
+    }
+    return 0;
+}
+
+START_TEST(test_bad_argument)
+{
+    fx f;
+    const char *expect, *what;
+    mem_t *m = malloc(sizeof *m);
+    mem_fill(m);
+    int which = mutate(_i, &f, m, &expect, &what);
+    if (which < 0) { free(m); return; }   /* unused index */
+    const char *fn = FN_NAMES[which];
+    fa_backend bes[8];
+    int nb = tu_backends(bes);
+    for (int bi = 0; bi < nb; bi++) {
+        const char *be = tu_backend_name(bes[bi]);
+        fa_context *ctx = tu_ctx(bes[bi]);
+        mem_fill(m);
+        which = mutate(_i, &f, m, &expect, &what);
+        mem_t *snap = malloc(sizeof *snap);
+        memcpy(snap, m, sizeof *m);
+        fa_status st = fx_call(ctx, &f, which);
+        const char *msg = fa_last_error(ctx);
+        ck_assert_msg(st == FA_ERR_INVALID_ARG, "%s: %s (%s): status %d (%s), want INVALID_ARG; "
+                      "message '%s'", be, fn, what, (int)st, fa_status_string(st), msg);
+        ck_assert_msg(msg && strncmp(msg, fn, strlen(fn)) == 0 && msg[strlen(fn)] == ':',
+                      "%s: %s (%s): message '%s' does not start with '%s:'", be, fn, what, msg, fn);
+        ck_assert_msg(!strchr(msg, '\n'), "%s: %s (%s): message is not one line: '%s'", be, fn, what, msg);
+        ck_assert_msg(names_arg(msg, expect), "%s: %s (%s): message '%s' does not name '%s'", be,
+                      fn, what, msg, expect);
+        ck_assert_msg(memcmp(snap, m, sizeof *m) == 0,
+                      "%s: %s (%s): the failing call wrote to memory", be, fn, what);
+        /* the context still serves the valid call */
+        mem_fill(m);
+        fx g;
+        fx_init(&g, m, which);
+        if (which == F_BWD || which == F_BWD_VL) g.opt.sinks = NULL;
+        st = fx_call(ctx, &g, which);
+        ck_assert_msg(st == FA_OK, "%s: after the bad call (%s), the valid %s failed: %d %s", be,
+                      what, fn, (int)st, fa_last_error(ctx));
+        free(snap);
+        fa_context_destroy(ctx);
+    }
+    free(m);
+}
+END_TEST
+
+/* ctx NULL for every operation: INVALID_ARG, nothing written. */
+START_TEST(test_null_ctx)
+{
+    mem_t *m = malloc(sizeof *m), *snap = malloc(sizeof *m);
+    mem_fill(m);
+    for (int which = F_FWD; which <= F_QUERY_BWD; which++) {
+        fx f;
+        fx_init(&f, m, which);
+        memcpy(snap, m, sizeof *m);
+        fa_status st = fx_call(NULL, &f, which);
+        ck_assert_msg(st == FA_ERR_INVALID_ARG, "%s(ctx=NULL) = %d", FN_NAMES[which], (int)st);
+        ck_assert_msg(memcmp(snap, m, sizeof *m) == 0, "%s(ctx=NULL) wrote memory", FN_NAMES[which]);
+    }
+    free(m); free(snap);
+}
+END_TEST
+
+/* The valid fixture calls all succeed (so that every bad case differs from a good one by
+   exactly the broken argument). */
+START_TEST(test_valid_fixtures)
+{
+    mem_t *m = malloc(sizeof *m);
+    fa_backend bes[8];
+    int nb = tu_backends(bes);
+    for (int bi = 0; bi < nb; bi++) {
+        fa_context *ctx = tu_ctx(bes[bi]);
+        for (int which = F_FWD; which <= F_QUERY_BWD; which++) {
+            mem_fill(m);
+            fx f;
+            fx_init(&f, m, which);
+            fa_status st = fx_call(ctx, &f, which);
+            ck_assert_msg(st == FA_OK, "%s: valid %s fixture: %d %s", tu_backend_name(bes[bi]),
+                          FN_NAMES[which], (int)st, fa_last_error(ctx));
+            /* with sinks + dsinks, and with bias, too */
+            if (which == F_BWD || which == F_BWD_VL || which == F_QUERY_BWD) {
+                f.opt.sinks = m->sinks; f.dsinks = m->dsinks;
+                st = fx_call(ctx, &f, which);
+                ck_assert_msg(st == FA_OK, "%s: %s with sinks/dsinks: %s", tu_backend_name(bes[bi]),
+                              FN_NAMES[which], fa_last_error(ctx));
+            }
+            if (which == F_FWD || which == F_BWD) {
+                f.opt.bias = &f.bias;
+                st = fx_call(ctx, &f, which);
+                ck_assert_msg(st == FA_OK, "%s: %s with bias: %s", tu_backend_name(bes[bi]),
+                              FN_NAMES[which], fa_last_error(ctx));
+            }
+            if (which == F_QUERY || which == F_QUERY_BWD)
+                ck_assert_msg(f.kname_store && *f.kname_store, "%s: %s gave no kernel name",
+                              tu_backend_name(bes[bi]), FN_NAMES[which]);
+        }
+        fa_context_destroy(ctx);
+    }
+    free(m);
+}
+END_TEST
+
+/* Context functions: bad backend enum, FA_BACKEND=bogus, set_threads(-1), set_tiles(-1, ..),
+   NULL ctx for each. */
+START_TEST(test_bad_context_args)
+{
+    fa_context *ctx = (fa_context *)0x1;
+    fa_status st = fa_context_create(&ctx, (fa_backend)42);
+    ck_assert_msg(st == FA_ERR_INVALID_ARG, "create(backend=42) = %d", (int)st);
+    ck_assert_msg(ctx == NULL, "create failure must set *ctx = NULL");
+    ck_assert_msg(names_arg(fa_last_error(NULL), "backend"), "create(42): '%s' does not name 'backend'",
+                  fa_last_error(NULL));
+    ck_assert_msg(strncmp(fa_last_error(NULL), "fa_context_create", 17) == 0, "message '%s'",
+                  fa_last_error(NULL));
+    st = fa_context_create(NULL, FA_BACKEND_REFERENCE);
+    ck_assert_msg(st == FA_ERR_INVALID_ARG, "create(NULL) = %d", (int)st);
+    ck_assert_msg(names_arg(fa_last_error(NULL), "ctx"), "create(NULL): '%s' does not name ctx",
+                  fa_last_error(NULL));
+
+    fa_backend bes[8];
+    int nb = tu_backends(bes);
+    for (int bi = 0; bi < nb; bi++) {
+        const char *be = tu_backend_name(bes[bi]);
+        ctx = tu_ctx(bes[bi]);
+        st = fa_context_set_threads(ctx, -1);
+        ck_assert_msg(st == FA_ERR_INVALID_ARG, "%s: set_threads(-1) = %d", be, (int)st);
+        ck_assert_msg(names_arg(fa_last_error(ctx), "n"), "%s: set_threads(-1): '%s'", be, fa_last_error(ctx));
+        st = fa_context_set_tiles(ctx, -1, 16);
+        ck_assert_msg(st == FA_ERR_INVALID_ARG, "%s: set_tiles(-1, 16) = %d", be, (int)st);
+        ck_assert_msg(names_arg(fa_last_error(ctx), "block_q"), "%s: set_tiles: '%s'", be, fa_last_error(ctx));
+        st = fa_context_set_tiles(ctx, 16, -7);
+        ck_assert_msg(st == FA_ERR_INVALID_ARG, "%s: set_tiles(16, -7) = %d", be, (int)st);
+        ck_assert_msg(names_arg(fa_last_error(ctx), "block_kv"), "%s: set_tiles: '%s'", be, fa_last_error(ctx));
+        st = fa_context_set_device(ctx, -1);
+        ck_assert_msg(st == FA_ERR_INVALID_ARG || st == FA_ERR_UNSUPPORTED,
+                      "%s: set_device(-1) = %d", be, (int)st);
+        /* still usable */
+        mem_t *m = malloc(sizeof *m);
+        mem_fill(m);
+        fx f;
+        fx_init(&f, m, F_FWD);
+        st = fx_call(ctx, &f, F_FWD);
+        ck_assert_msg(st == FA_OK, "%s: forward after bad context calls: %s", be, fa_last_error(ctx));
+        free(m);
+        fa_context_destroy(ctx);
+    }
+    ck_assert_int_eq(fa_context_set_threads(NULL, 1), FA_ERR_INVALID_ARG);
+    ck_assert_int_eq(fa_context_set_tiles(NULL, 1, 1), FA_ERR_INVALID_ARG);
+    ck_assert_int_eq(fa_context_set_device(NULL, 0), FA_ERR_INVALID_ARG);
+    ck_assert_int_eq(fa_context_set_stream(NULL, NULL), FA_ERR_INVALID_ARG);
+    fa_context_destroy(NULL);
+}
+END_TEST
+
+START_TEST(test_bad_env_backend)
+{
+    /* runs in a forked child (Check's default): the environment change stays here */
+    setenv("FA_BACKEND", "bogus", 1);
+    fa_context *ctx = (fa_context *)0x1;
+    fa_status st = fa_context_create(&ctx, FA_BACKEND_AUTO);
+    ck_assert_msg(st == FA_ERR_INVALID_ARG, "FA_BACKEND=bogus: create(AUTO) = %d (%s)", (int)st,
+                  fa_last_error(NULL));
+    ck_assert(ctx == NULL);
+    ck_assert_msg(strstr(fa_last_error(NULL), "FA_BACKEND") != NULL,
+                  "FA_BACKEND=bogus: message '%s' does not name FA_BACKEND", fa_last_error(NULL));
+    /* an explicit backend wins over FA_BACKEND (API.md item 17) */
+    st = fa_context_create(&ctx, FA_BACKEND_REFERENCE);
+    ck_assert_msg(st == FA_OK, "explicit reference with FA_BACKEND=bogus: %s", fa_last_error(NULL));
+    fa_context_destroy(ctx);
+    setenv("FA_BACKEND", "reference", 1);
+    st = fa_context_create(&ctx, FA_BACKEND_AUTO);
+    ck_assert_msg(st == FA_OK && fa_context_backend(ctx) == FA_BACKEND_REFERENCE,
+                  "FA_BACKEND=reference: AUTO gave %d", st == FA_OK ? (int)fa_context_backend(ctx) : -1);
+    fa_context_destroy(ctx);
+    setenv("FA_BACKEND", "cpu", 1);
+    st = fa_context_create(&ctx, FA_BACKEND_AUTO);
+    ck_assert_msg(st == FA_OK && fa_context_backend(ctx) == FA_BACKEND_CPU,
+                  "FA_BACKEND=cpu: AUTO: %s", fa_last_error(NULL));
+    fa_context_destroy(ctx);
+    setenv("FA_CPU_ISA", "bogus", 1);
+    unsetenv("FA_BACKEND");
+    st = fa_context_create(&ctx, FA_BACKEND_CPU);
+    ck_assert_msg(st == FA_ERR_INVALID_ARG || st == FA_ERR_UNSUPPORTED,
+                  "FA_CPU_ISA=bogus: create(CPU) = %d, want an error", (int)st);
+    ck_assert_msg(strstr(fa_last_error(NULL), "FA_CPU_ISA") != NULL, "message '%s'", fa_last_error(NULL));
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("bad_input");
+    TCase *tc = tcase_create("test_bad_argument");
+    tcase_set_timeout(tc, 60);
+    tcase_add_loop_test(tc, test_bad_argument, 0, N_MUT);
+    suite_add_tcase(s, tc);
+    TU_ADD(s, test_null_ctx, 30);
+    TU_ADD(s, test_valid_fixtures, 60);
+    TU_ADD(s, test_bad_context_args, 30);
+    TU_ADD(s, test_bad_env_backend, 30);
+    return tu_main(s);
+}
