@@ -65,7 +65,8 @@ struct fa_backend_ops {
  * creation. The module exports one C symbol, FA_MODULE_ENTRY, of type fa_module_entry_fn.
  * The library passes its ABI version, the sizes of the shared structs and the host
  * services a module may call (the library's own symbols are hidden); the module returns
- * its ops, or NULL (and fills why[]) when it cannot work with this library. */
+ * its ops, or NULL (and fills why[]) when it cannot work with this library. The services
+ * struct lives for the life of the process (the module may keep the pointer). */
 #define FA_MODULE_ABI 1   /* bump whenever fa_context, fa_problem or fa_backend_ops change */
 #define FA_MODULE_ENTRY "fa_module_entry"
 typedef struct {

@@ -52,7 +52,8 @@ static void fa_cuda_load(void)
         dlclose(h);
         return;
     }
-    fa_host_services host = {
+    /* static: a module may keep the pointer for the life of the process */
+    static const fa_host_services host = {
         .abi = FA_MODULE_ABI, .sizeof_context = sizeof(fa_context),
         .sizeof_problem = sizeof(fa_problem), .sizeof_ops = sizeof(fa_backend_ops),
         .set_error = fa_set_error, .verbose = fa_verbose, .appendf = fa_appendf,

@@ -1,1 +1,36 @@
-# backends/cuda/local.mk: the CUDA module (see configure's BUILD_CUDA)
+# backends/cuda/local.mk: the CUDA module flashattn_cuda.so (see configure's BUILD_CUDA).
+# A libtool module (dlopen'ed by lib/context.c, never linked into libflashattn), its .cu
+# files compiled by nvcc through libtool (nvcc-lt.sh turns libtool's -fPIC into
+# --compiler-options=-fPIC), linked against the static CUDA runtime so that the module needs only
+# the driver (libcuda.so) at run time.
+# Compile cost, per arch in NVCC_GENCODE: 6 forward kernels (fp16/bf16 x head-dim classes
+# 64/128/256), one file per class so that make -j2 compiles two at once.
+FA_CUDA_SRC = backends/cuda/cuda.cu backends/cuda/combine.cu \
+	backends/cuda/forward_sm80_d64.cu backends/cuda/forward_sm80_d128.cu \
+	backends/cuda/forward_sm80_d256.cu
+FA_CUDA_HDR = backends/cuda/common.cuh backends/cuda/forward_sm80.cuh backends/cuda/kernels.h \
+	backends/cuda/params.h
+EXTRA_DIST += $(FA_CUDA_SRC) $(FA_CUDA_HDR) backends/cuda/nvcc-lt.sh backends/cuda/NEEDS.md \
+	tests/cuda/test_cuda.c bench/gpu/bench_gpu.c bench/gpu/run-on-gpu.sh bench/gpu/README.md \
+	bench/peers/torch_sdpa_gpu.py
+
+SUFFIXES = .cu
+FA_NVCCFLAGS = -std=c++17 -O3 $(NVCC_GENCODE) --compiler-options=-fvisibility=hidden \
+	-I$(top_srcdir)/include -I$(top_srcdir)/lib -I$(top_builddir) $(NVCCFLAGS)
+FA_NVCC_LT = $(LIBTOOL) $(AM_V_lt) --tag=CC --mode=compile $(SHELL) \
+	$(top_srcdir)/backends/cuda/nvcc-lt.sh "$(NVCC)"
+.cu.lo:
+	$(AM_V_CC)$(FA_NVCC_LT) $(FA_NVCCFLAGS) -c -o $@ $<
+
+if BUILD_CUDA
+pkglib_LTLIBRARIES = backends/cuda/flashattn_cuda.la
+backends_cuda_flashattn_cuda_la_SOURCES = $(FA_CUDA_SRC) $(FA_CUDA_HDR)
+backends_cuda_flashattn_cuda_la_LDFLAGS = -module -avoid-version -shared -no-undefined
+backends_cuda_flashattn_cuda_la_LIBADD = -L$(CUDA_HOME)/lib64 -lcudart_static -lrt -ldl -lpthread -lstdc++
+backends_cuda_flashattn_cuda_la_LINK = $(LIBTOOL) $(AM_V_lt) --tag=CC $(AM_LIBTOOLFLAGS) \
+	$(LIBTOOLFLAGS) --mode=link $(CC) $(AM_CFLAGS) $(CFLAGS) \
+	$(backends_cuda_flashattn_cuda_la_LDFLAGS) $(LDFLAGS) -o $@
+# No automatic dependency tracking for .cu: every object depends on every CUDA header.
+$(FA_CUDA_SRC:.cu=.lo): $(FA_CUDA_HDR) $(top_srcdir)/lib/problem.h $(top_srcdir)/lib/philox.h \
+	$(top_srcdir)/lib/backend.h $(top_srcdir)/include/flashattn.h
+endif

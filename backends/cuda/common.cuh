@@ -1,0 +1,156 @@
+/* common.cuh - device helpers of the CUDA backend: the sm80 tensor-core instructions
+ * (ldmatrix, mma.sync m16n8k16, cp.async), dtype conversions and the per-sequence view.
+ *
+ * Every helper here is a thin wrapper of one PTX instruction or one line of problem.h
+ * rewritten for the device (problem.h reads index arrays through host pointers; here the
+ * same arrays are device memory and their contents are clamped so that bad contents can
+ * never move an access outside the tensors, API.md item 7).
+ */
+#ifndef FA_CUDA_COMMON_CUH
+#define FA_CUDA_COMMON_CUH
+
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <stdint.h>
+#include "params.h"
+
+#define FA_LOG2E 1.4426950408889634f
+#define FA_LN2   0.6931471805599453f
+
+/* 2^x with the SFU instruction (ex2.approx.ftz: 2^-inf = 0, NaN stays NaN). */
+__device__ __forceinline__ float fa_exp2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* ---- storage types ------------------------------------------------------------------ */
+template <typename T> struct fa_vec2;
+template <> struct fa_vec2<__half> { typedef __half2 type; };
+template <> struct fa_vec2<__nv_bfloat16> { typedef __nv_bfloat162 type; };
+
+__device__ __forceinline__ uint32_t fa_pack2(float a, float b, __half)
+{
+    __half2 h = __floats2half2_rn(a, b);
+    return *reinterpret_cast<uint32_t *>(&h);
+}
+__device__ __forceinline__ uint32_t fa_pack2(float a, float b, __nv_bfloat16)
+{
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<uint32_t *>(&h);
+}
+
+/* Load one element of any storage dtype as fp32 (bias, combine parts). */
+__device__ __forceinline__ float fa_ld_any(const void *base, int dtype, int64_t idx)
+{
+    if (dtype == FA_CU_F16) return __half2float(reinterpret_cast<const __half *>(base)[idx]);
+    if (dtype == FA_CU_BF16)
+        return __bfloat162float(reinterpret_cast<const __nv_bfloat16 *>(base)[idx]);
+    return reinterpret_cast<const float *>(base)[idx];
+}
+__device__ __forceinline__ void fa_st_any(void *base, int dtype, int64_t idx, float x)
+{
+    if (dtype == FA_CU_F16) reinterpret_cast<__half *>(base)[idx] = __float2half_rn(x);
+    else if (dtype == FA_CU_BF16)
+        reinterpret_cast<__nv_bfloat16 *>(base)[idx] = __float2bfloat16_rn(x);
+    else reinterpret_cast<float *>(base)[idx] = x;
+}
+
+/* ---- sm80 instructions ---------------------------------------------------------------- */
+__device__ __forceinline__ uint32_t fa_smem_u32(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* 16-byte global -> shared copy; src_bytes = 0 zero-fills without reading. */
+__device__ __forceinline__ void fa_cp_async16(void *dst, const void *src, int src_bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(fa_smem_u32(dst)),
+                 "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void fa_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void fa_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
+
+__device__ __forceinline__ void fa_ldmatrix_x4(uint32_t r[4], const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(fa_smem_u32(p)));
+}
+__device__ __forceinline__ void fa_ldmatrix_x4_trans(uint32_t r[4], const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(fa_smem_u32(p)));
+}
+
+/* D += A(16x16, row) * B(16x8, col), fp32 accumulators. */
+__device__ __forceinline__ void fa_mma(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1,
+                                       __half)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void fa_mma(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1,
+                                       __nv_bfloat16)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Shared-memory tile of rows of D elements, 16-byte chunks XOR-swizzled by (row & 7) so
+   that the 8 rows one ldmatrix phase reads fall in 8 different bank groups. */
+template <int D>
+__device__ __forceinline__ int fa_swz(int row, int chunk)
+{
+    return row * D + ((chunk ^ (row & 7)) << 3);
+}
+
+/* ---- the sequence view (problem.h's fa_problem_seq, on the device) -------------------- */
+struct fa_dseq {
+    int64_t tb, q0, k0;
+    int sq, sk, off, drop_i0;
+};
+
+__device__ __forceinline__ int fa_clampi(int x, int lo, int hi)
+{
+    return x < lo ? lo : (x > hi ? hi : x);
+}
+
+__device__ __forceinline__ fa_dseq fa_dev_seq(const fa_cu_fwd &p, int b)
+{
+    fa_dseq s;
+    s.tb = b; s.q0 = 0; s.k0 = 0; s.drop_i0 = 0;
+    if (p.layout == FA_CU_VARLEN) {
+        s.tb = 0;
+        int q0 = fa_clampi(p.cu_q[b], 0, p.total_q), q1 = fa_clampi(p.cu_q[b + 1], q0, p.total_q);
+        int k0 = fa_clampi(p.cu_k[b], 0, p.total_k), k1 = fa_clampi(p.cu_k[b + 1], k0, p.total_k);
+        s.q0 = q0; s.sq = q1 - q0; s.k0 = k0; s.sk = k1 - k0;
+    } else if (p.layout == FA_CU_KVCACHE) {
+        int c = fa_clampi(p.cache_seqlens[b], 0, p.cache_cap - p.s_new);
+        s.sq = p.sq; s.sk = c + p.s_new; s.drop_i0 = c;
+    } else {
+        s.sq = p.sq; s.sk = p.sk;
+    }
+    s.off = p.top_left ? 0 : s.sk - s.sq;
+    return s;
+}
+
+/* Element offset of key row j of KV head hk in a key-side tensor (paged aware). */
+__device__ __forceinline__ int64_t fa_dev_krow(const fa_cu_fwd &p, const fa_dseq &s, int b, int j,
+                                               int hk, int64_t sb, int64_t ss, int64_t sh)
+{
+    if (p.block_table) {
+        int pg = p.block_table[(int64_t)b * p.max_pages + j / p.page_size];
+        pg = fa_clampi(pg, 0, p.num_pages - 1);
+        return (int64_t)pg * sb + (int64_t)(j % p.page_size) * ss + (int64_t)hk * sh;
+    }
+    return s.tb * sb + (s.k0 + j) * ss + (int64_t)hk * sh;
+}
+
+#endif /* FA_CUDA_COMMON_CUH */

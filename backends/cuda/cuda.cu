@@ -1,0 +1,476 @@
+/* cuda.cu - the CUDA backend module: entry point (ABI check), device query, dispatch.
+ *
+ * Loaded with dlopen by lib/context.c. The library's own symbols are hidden, so everything
+ * the module needs from it comes through fa_host_services (set_error, verbose, appendf).
+ * Every tensor, lse and index array is device memory; work is queued on the context's
+ * stream and no call synchronizes, except the FA_DEBUG=1 index-array checks.
+ *
+ * Paths (the teaching ladder's last rungs):
+ *   forward  cuda/sm80: FlashAttention-2 style, mma.sync m16n8k16 + ldmatrix + cp.async,
+ *            tiles 128 x 64, 8 warps, head-dim classes 64/128/256 (forward_sm80.cuh);
+ *            split-KV + combine when the grid would not fill the GPU (decode).
+ *   backward not yet on the GPU: UNSUPPORTED with the reason (see NEEDS.md).
+ */
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdio.h>
+#include <math.h>
+#include "backend.h"
+#include "kernels.h"
+
+static fa_host_services H_copy;   /* the library passes its services on its stack: copy */
+static const fa_host_services *H = &H_copy;
+
+typedef struct {
+    int device;
+    cudaStream_t stream;
+    char name[256];
+    int cc_major, cc_minor, sms, smem_optin, l2, debug;
+    size_t mem;
+    int req_bq, req_bkv;
+    char qname[160];
+} cuda_impl;
+
+#define IMPL(ctx) ((cuda_impl *)(ctx)->impl)
+
+static fa_status cuda_err(const fa_context *ctx, cudaError_t e, const char *what)
+{
+    return H->set_error(ctx, FA_ERR_DEVICE, "cuda: %s: %s (%s)", what, cudaGetErrorName(e),
+                        cudaGetErrorString(e));
+}
+
+static fa_status load_device(fa_context *ctx, cuda_impl *im, int dev)
+{
+    cudaDeviceProp pr;
+    cudaError_t e = cudaGetDeviceProperties(&pr, dev);
+    if (e != cudaSuccess) return H->set_error(ctx, FA_ERR_UNSUPPORTED, "cuda: device %d: %s", dev, cudaGetErrorString(e));
+    if (pr.major < 8)
+        return H->set_error(ctx, FA_ERR_UNSUPPORTED,
+                            "cuda: device %d (%s) is sm%d%d; the kernels need sm80 or newer", dev, pr.name,
+                            pr.major, pr.minor);
+    e = cudaSetDevice(dev);
+    if (e == cudaSuccess) e = fa_probe();
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return H->set_error(ctx, FA_ERR_UNSUPPORTED,
+                            "cuda: device %d (%s, sm%d%d): %s (rebuild with --with-cuda-arch=...%d%d)", dev,
+                            pr.name, pr.major, pr.minor, cudaGetErrorString(e), pr.major, pr.minor);
+    }
+    im->device = dev;
+    snprintf(im->name, sizeof im->name, "%s", pr.name);
+    im->cc_major = pr.major; im->cc_minor = pr.minor;
+    im->sms = pr.multiProcessorCount;
+    im->smem_optin = (int)pr.sharedMemPerBlockOptin;
+    im->l2 = pr.l2CacheSize;
+    im->mem = pr.totalGlobalMem;
+    return FA_OK;
+}
+
+static fa_status cuda_init(fa_context *ctx)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        cudaGetLastError();
+        return H->set_error(ctx, FA_ERR_UNSUPPORTED, "cuda: no usable CUDA device (%s)",
+                            e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    }
+    cuda_impl *im = (cuda_impl *)calloc(1, sizeof *im);
+    if (!im) return H->set_error(ctx, FA_ERR_NO_MEMORY, "cuda: out of host memory");
+    fa_status st = load_device(ctx, im, 0);
+    if (st != FA_OK) { free(im); return st; }
+    const char *dbg = getenv("FA_DEBUG");
+    im->debug = dbg && !strcmp(dbg, "1");
+    ctx->impl = im;
+    H->verbose(ctx, "cuda: device 0 %s sm%d%d, %d SMs, %d KiB smem/block, %d MiB L2", im->name,
+               im->cc_major, im->cc_minor, im->sms, im->smem_optin / 1024, im->l2 >> 20);
+    return FA_OK;
+}
+
+static void cuda_fini(fa_context *ctx)
+{
+    free(ctx->impl);
+    ctx->impl = NULL;
+}
+
+static void cuda_describe(const fa_context *ctx, char *buf, size_t len)
+{
+    const cuda_impl *im = IMPL(ctx);
+    H->appendf(buf, len,
+               "gpu: %s (device %d), compute capability %d.%d, %d SMs, %d KiB shared memory per "
+               "block (opt-in), %d MiB L2, %zu MiB memory\n",
+               im->name, im->device, im->cc_major, im->cc_minor, im->sms, im->smem_optin / 1024,
+               im->l2 >> 20, im->mem >> 20);
+    H->appendf(buf, len,
+               "forward: cuda/sm80 kernel (mma.sync m16n8k16 + ldmatrix, fp32 accumulation, online "
+               "softmax in registers), tiles 128 x 64 (block_q x block_kv; 8 warps x 16 query rows; "
+               "Q tile in shared memory, K/V tiles double-buffered with cp.async), head-dim classes "
+               "64/128/256 (d_qk, d_v multiples of 8 up to 256), fp16/bf16%s\n",
+               im->req_bq || im->req_bkv ? "; requested tiles ignored: the kernels are compiled for 128 x 64" : "");
+    H->appendf(buf, len,
+               "split-kv: when batch*heads*ceil(Sq/128) < %d SMs (decode), keys are split over up to "
+               "%d blocks and merged by the combine kernel\n", im->sms, FA_CU_MAX_PARTS);
+    H->appendf(buf, len, "backward: not implemented on the GPU yet (UNSUPPORTED)\n");
+    H->appendf(buf, len, "stream: %p%s\n", (void *)im->stream, im->stream ? "" : " (default)");
+}
+
+static fa_status cuda_set_threads(fa_context *ctx, int n)
+{
+    (void)n;
+    return H->set_error(ctx, FA_ERR_UNSUPPORTED, "fa_context_set_threads: the cuda backend has no thread count");
+}
+
+static fa_status cuda_set_tiles(fa_context *ctx, int bq, int bkv)
+{
+    IMPL(ctx)->req_bq = bq; IMPL(ctx)->req_bkv = bkv;
+    return FA_OK;
+}
+
+static fa_status cuda_set_device(fa_context *ctx, int dev)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || dev >= n) {
+        cudaGetLastError();
+        return H->set_error(ctx, FA_ERR_INVALID_ARG, "fa_context_set_device: device=%d but %d CUDA devices", dev, n);
+    }
+    cuda_impl tmp = *IMPL(ctx);
+    fa_status st = load_device(ctx, &tmp, dev);
+    if (st != FA_OK) return st;
+    tmp.stream = 0;   /* a stream belongs to its device */
+    *IMPL(ctx) = tmp;
+    return FA_OK;
+}
+
+static fa_status cuda_set_stream(fa_context *ctx, void *stream)
+{
+    IMPL(ctx)->stream = (cudaStream_t)stream;
+    return FA_OK;
+}
+
+/* ---- argument checks that are the device's own -------------------------------------- */
+
+/* A host pointer is INVALID_ARG (API.md: "not a crash"). NULL passes (optional). */
+static fa_status check_ptr(const fa_context *ctx, const void *ptr, const char *name)
+{
+    if (!ptr) return FA_OK;
+    cudaPointerAttributes a;
+    cudaError_t e = cudaPointerGetAttributes(&a, ptr);
+    if (e != cudaSuccess) { cudaGetLastError(); a.type = cudaMemoryTypeUnregistered; }
+    if (a.type == cudaMemoryTypeUnregistered)
+        return H->set_error(ctx, FA_ERR_INVALID_ARG,
+                            "cuda: %s=%p is host memory; the cuda backend needs device pointers", name, ptr);
+    return FA_OK;
+}
+
+static int aligned16(const fa_tensor *t)
+{
+    return ((uintptr_t)t->data % 16) == 0 && t->stride[0] % 8 == 0 && t->stride[1] % 8 == 0 &&
+           t->stride[2] % 8 == 0;
+}
+
+static const char *dtname(fa_dtype t) { return t == FA_F16 ? "fp16" : t == FA_BF16 ? "bf16" : "fp32"; }
+
+/* Can the forward kernels serve p? Fills the launch parameters. */
+static fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, int *D, int64_t *blocks)
+{
+    cuda_impl *im = IMPL(ctx);
+    memset(k, 0, sizeof *k);
+    if (p->q.dtype == FA_F32)
+        return H->set_error(ctx, FA_ERR_UNSUPPORTED,
+                            "cuda: fp32 q/k/v are not supported by the GPU kernels (fp16 and bf16 only); "
+                            "use the cpu backend or convert to bf16");
+    if (p->dqk % 8 || p->dv % 8 || p->dqk > 256 || p->dv > 256)
+        return H->set_error(ctx, FA_ERR_UNSUPPORTED,
+                            "cuda: head dims d_qk=%lld, d_v=%lld: the GPU kernels need multiples of 8 up to 256",
+                            (long long)p->dqk, (long long)p->dv);
+    int64_t dm = p->dqk > p->dv ? p->dqk : p->dv;
+    *D = dm <= 64 ? 64 : dm <= 128 ? 128 : 256;
+    if (fa_fwd_smem(*D) > im->smem_optin)
+        return H->set_error(ctx, FA_ERR_UNSUPPORTED,
+                            "cuda: head-dim class %d needs %d KiB shared memory per block; %s allows %d KiB",
+                            *D, fa_fwd_smem(*D) / 1024, im->name, im->smem_optin / 1024);
+    const fa_tensor *ts[3] = { &p->q, &p->k, &p->v };
+    const char *tn[3] = { "q", "k", "v" };
+    for (int i = 0; i < 3; i++)
+        if (!aligned16(ts[i]))
+            return H->set_error(ctx, FA_ERR_UNSUPPORTED,
+                                "cuda: %s must be 16-byte aligned with strides multiples of 8 elements "
+                                "(got data %p, strides %lld, %lld, %lld)", tn[i], ts[i]->data,
+                                (long long)ts[i]->stride[0], (long long)ts[i]->stride[1], (long long)ts[i]->stride[2]);
+    const fa_tensor *o = &p->out;
+    if ((uintptr_t)o->data % (o->dtype == FA_F32 ? 8 : 4) || o->stride[0] % 2 || o->stride[1] % 2 || o->stride[2] % 2)
+        return H->set_error(ctx, FA_ERR_UNSUPPORTED,
+                            "cuda: out must be aligned to 2 elements with even strides");
+    const int64_t big = (int64_t)1 << 30;
+    if (p->max_sq >= big || p->max_sk >= big || p->q.shape[1] >= big || p->k.shape[1] >= big ||
+        p->batch >= big || p->hq >= 65536)
+        return H->set_error(ctx, FA_ERR_UNSUPPORTED, "cuda: sequence lengths, batch or heads too large for 32-bit indices");
+
+    k->q = p->q.data; k->k = p->k.data; k->v = p->v.data; k->out = p->out.data; k->lse = p->lse;
+    k->q_sb = p->q.stride[0]; k->q_ss = p->q.stride[1]; k->q_sh = p->q.stride[2];
+    k->k_sb = p->k.stride[0]; k->k_ss = p->k.stride[1]; k->k_sh = p->k.stride[2];
+    k->v_sb = p->v.stride[0]; k->v_ss = p->v.stride[1]; k->v_sh = p->v.stride[2];
+    k->o_sb = o->stride[0]; k->o_ss = o->stride[1]; k->o_sh = o->stride[2];
+    k->out_dtype = (int)o->dtype;
+    k->layout = (int)p->layout; k->batch = (int)p->batch; k->hq = (int)p->hq; k->hkv = (int)p->hkv;
+    k->group = (int)p->group; k->dqk = (int)p->dqk; k->dv = (int)p->dv;
+    k->sq = (int)p->q.shape[1]; k->sk = (int)p->k.shape[1];
+    k->total_q = (int)p->q.shape[1]; k->total_k = (int)p->k.shape[1];
+    k->cu_q = p->cu_q; k->cu_k = p->cu_k; k->cache_seqlens = p->cache_seqlens; k->block_table = p->block_table;
+    k->s_new = (int)p->s_new;
+    if (p->layout == FA_LAYOUT_KVCACHE) {
+        k->max_pages = (int)p->max_pages; k->page_size = (int)p->page_size;
+        k->num_pages = (int)p->k.shape[0];
+        k->cache_cap = p->block_table ? (int)(p->max_pages * p->page_size) : (int)p->k.shape[1];
+    }
+    k->top_left = p->causal == FA_CAUSAL_TOP_LEFT;
+    k->window_left = p->window_left < 0 || p->window_left >= big ? -1 : (int)p->window_left;
+    k->window_right = p->window_right < 0 || p->window_right >= big ? -1 : (int)p->window_right;
+    k->scale = p->scale; k->softcap = p->softcap; k->alibi = p->alibi; k->sinks = p->sinks;
+    if (p->has_bias) {
+        k->bias = p->bias.data; k->bias_dtype = (int)p->bias.dtype;
+        k->bias_sb = p->bias.stride[0]; k->bias_ss = p->bias.stride[1]; k->bias_sh = p->bias.stride[2];
+    }
+    k->keep_scale = 1.f;
+    if (p->dropout_p > 0.f) {
+        k->dropout_p = p->dropout_p; k->drop_k0 = p->drop.k0; k->drop_k1 = p->drop.k1;
+        k->drop_threshold = p->drop.threshold; k->keep_scale = p->drop.keep_scale;
+    }
+    k->m_blocks = (int)((p->max_sq + 127) / 128);
+    if (k->m_blocks == 0) k->m_blocks = 1;
+    /* Split-KV when the grid would leave SMs idle; depends on shapes and the SM count only. */
+    int64_t base = p->batch * p->hq * k->m_blocks;
+    int64_t kblocks = (p->max_sk + 63) / 64;
+    int splits = 1;
+    if (p->layout != FA_LAYOUT_VARLEN && base > 0 && base < im->sms && kblocks >= 4) {
+        int64_t want = (im->sms + base - 1) / base;
+        if (want > kblocks / 2) want = kblocks / 2;
+        if (want > FA_CU_MAX_PARTS) want = FA_CU_MAX_PARTS;
+        if (want > 1) splits = (int)want;
+    }
+    k->n_splits = splits;
+    *blocks = base * splits;
+    snprintf(im->qname, sizeof im->qname, "cuda/sm80 fwd %s d%d 128x64%s", dtname(p->q.dtype), *D,
+             splits > 1 ? " split-kv" : "");
+    if (splits > 1)
+        snprintf(im->qname + strlen(im->qname), sizeof im->qname - strlen(im->qname), " %d", splits);
+    return FA_OK;
+}
+
+/* FA_DEBUG=1: read the index arrays back (synchronizes) and check them as validate.c does. */
+static fa_status debug_check(fa_context *ctx, const fa_problem *p)
+{
+    if (p->layout == FA_LAYOUT_VARLEN) {
+        int64_t n = p->batch + 1;
+        int32_t *cq = (int32_t *)malloc(n * 4), *ck = (int32_t *)malloc(n * 4);
+        fa_status st = FA_OK;
+        if (!cq || !ck) st = H->set_error(ctx, FA_ERR_NO_MEMORY, "cuda: FA_DEBUG: out of host memory");
+        else if (cudaMemcpy(cq, p->cu_q, n * 4, cudaMemcpyDeviceToHost) != cudaSuccess ||
+                 cudaMemcpy(ck, p->cu_k, n * 4, cudaMemcpyDeviceToHost) != cudaSuccess)
+            st = cuda_err(ctx, cudaGetLastError(), "FA_DEBUG: reading cu_seqlens");
+        for (int w = 0; w < 2 && st == FA_OK; w++) {
+            const int32_t *c = w ? ck : cq;
+            const char *nm = w ? "cu_seqlens_k" : "cu_seqlens_q";
+            int64_t tot = w ? p->k.shape[1] : p->q.shape[1], mx = w ? p->max_sk : p->max_sq;
+            if (c[0] != 0) st = H->set_error(ctx, FA_ERR_INVALID_ARG, "%s[0]=%d must be 0", nm, c[0]);
+            for (int64_t b = 0; b < p->batch && st == FA_OK; b++)
+                if (c[b + 1] < c[b] || c[b + 1] - c[b] > mx || c[b + 1] > tot)
+                    st = H->set_error(ctx, FA_ERR_INVALID_ARG, "%s[%lld]=%d is not monotonic, over max_seqlen or past the tensor",
+                                      nm, (long long)b + 1, c[b + 1]);
+        }
+        free(cq); free(ck);
+        return st;
+    }
+    if (p->layout == FA_LAYOUT_KVCACHE) {
+        int32_t *cs = (int32_t *)malloc(p->batch * 4 + 4);
+        int32_t *bt = p->block_table ? (int32_t *)malloc(p->batch * p->max_pages * 4 + 4) : NULL;
+        fa_status st = FA_OK;
+        if (!cs || (p->block_table && !bt)) st = H->set_error(ctx, FA_ERR_NO_MEMORY, "cuda: FA_DEBUG: out of host memory");
+        else if (cudaMemcpy(cs, p->cache_seqlens, p->batch * 4, cudaMemcpyDeviceToHost) != cudaSuccess ||
+                 (bt && cudaMemcpy(bt, p->block_table, p->batch * p->max_pages * 4, cudaMemcpyDeviceToHost) != cudaSuccess))
+            st = cuda_err(ctx, cudaGetLastError(), "FA_DEBUG: reading cache_seqlens/block_table");
+        int64_t cap = p->block_table ? p->max_pages * p->page_size : p->k.shape[1];
+        for (int64_t b = 0; b < p->batch && st == FA_OK; b++) {
+            if (cs[b] < 0 || cs[b] + p->s_new > cap)
+                st = H->set_error(ctx, FA_ERR_INVALID_ARG, "cache_seqlens[%lld]=%d: with %lld new rows over the capacity %lld",
+                                  (long long)b, cs[b], (long long)p->s_new, (long long)cap);
+            if (bt)
+                for (int64_t pg = 0; pg * p->page_size < cs[b] + p->s_new && st == FA_OK; pg++) {
+                    int32_t e = bt[b * p->max_pages + pg];
+                    if (e < 0 || e >= p->k.shape[0])
+                        st = H->set_error(ctx, FA_ERR_INVALID_ARG, "block_table[%lld][%lld]=%d out of range [0, %lld)",
+                                          (long long)b, (long long)pg, e, (long long)p->k.shape[0]);
+                }
+        }
+        free(cs); free(bt);
+        return st;
+    }
+    return FA_OK;
+}
+
+static fa_status check_pointers(fa_context *ctx, const fa_problem *p)
+{
+    fa_status st;
+#define CK(ptr, nm) if ((st = check_ptr(ctx, ptr, nm)) != FA_OK) return st
+    CK(p->q.data, "q.data"); CK(p->k.data, "k.data"); CK(p->v.data, "v.data");
+    CK(p->out.data, "out.data"); CK(p->lse, "lse"); CK(p->alibi, "alibi_slopes"); CK(p->sinks, "sinks");
+    if (p->has_bias) CK(p->bias.data, "bias.data");
+    CK(p->cu_q, "cu_seqlens_q"); CK(p->cu_k, "cu_seqlens_k");
+    CK(p->cache_seqlens, "cache_seqlens"); CK(p->block_table, "block_table");
+#undef CK
+    return FA_OK;
+}
+
+static fa_status cuda_forward(fa_context *ctx, const fa_problem *p)
+{
+    cuda_impl *im = IMPL(ctx);
+    fa_cu_fwd k;
+    int D;
+    int64_t blocks;
+    fa_status st = fwd_plan(ctx, p, &k, &D, &blocks);
+    if (st != FA_OK) return st;
+    if ((st = check_pointers(ctx, p)) != FA_OK) return st;
+    cudaSetDevice(im->device);
+    if (im->debug && (st = debug_check(ctx, p)) != FA_OK) return st;
+    H->verbose(ctx, "cuda: forward %s (%lld blocks of 256 threads, %d B shared memory)", im->qname,
+               (long long)blocks, fa_fwd_smem(D));
+    if (blocks == 0 || p->hq == 0 || p->batch == 0) return FA_OK;
+    void *ws = NULL;
+    cudaError_t e = cudaSuccess;
+    const int64_t rows = p->batch * p->hq * p->q.shape[1];
+    if (k.n_splits > 1) {
+        size_t bytes = (size_t)k.n_splits * rows * (p->dv + 1) * sizeof(float);
+        e = cudaMallocAsync(&ws, bytes, im->stream);
+        if (e != cudaSuccess) { cudaGetLastError(); return H->set_error(ctx, FA_ERR_NO_MEMORY, "cuda: split-kv workspace of %zu bytes: %s", bytes, cudaGetErrorString(e)); }
+        k.o_part = (float *)ws;
+        k.lse_part = k.o_part + (size_t)k.n_splits * rows * p->dv;
+    }
+    const bool bf = p->q.dtype == FA_BF16;
+    switch (D) {
+    case 64: e = bf ? fa_fwd_launch<__nv_bfloat16, 64>(k, blocks, im->stream) : fa_fwd_launch<__half, 64>(k, blocks, im->stream); break;
+    case 128: e = bf ? fa_fwd_launch<__nv_bfloat16, 128>(k, blocks, im->stream) : fa_fwd_launch<__half, 128>(k, blocks, im->stream); break;
+    default: e = bf ? fa_fwd_launch<__nv_bfloat16, 256>(k, blocks, im->stream) : fa_fwd_launch<__half, 256>(k, blocks, im->stream); break;
+    }
+    if (e == cudaSuccess && k.n_splits > 1) {
+        fa_cu_combine c;
+        memset(&c, 0, sizeof c);
+        c.n = k.n_splits;
+        c.o_base = k.o_part; c.lse_base = k.lse_part;
+        c.o_pstride = rows * p->dv; c.lse_pstride = rows;
+        c.p_sb = p->hq * p->q.shape[1] * p->dv; c.p_ss = p->dv; c.p_sh = p->q.shape[1] * p->dv;
+        c.out = p->out.data; c.out_dtype = (int)p->out.dtype;
+        c.o_sb = p->out.stride[0]; c.o_ss = p->out.stride[1]; c.o_sh = p->out.stride[2];
+        c.lse_out = p->lse; c.sinks = p->sinks;
+        c.B = (int)p->batch; c.S = (int)p->q.shape[1]; c.H = (int)p->hq; c.D = (int)p->dv;
+        e = fa_combine_launch(c, im->sms, im->stream);
+    }
+    if (ws) cudaFreeAsync(ws, im->stream);
+    if (e != cudaSuccess) { cudaGetLastError(); return cuda_err(ctx, e, "forward launch"); }
+    return FA_OK;
+}
+
+static fa_status cuda_backward(fa_context *ctx, const fa_problem *p)
+{
+    (void)p;
+    return H->set_error(ctx, FA_ERR_UNSUPPORTED,
+                        "cuda: the backward pass is not implemented on the GPU yet; use the cpu backend");
+}
+
+static fa_status cuda_query(fa_context *ctx, const fa_problem *p, int backward, const char **name)
+{
+    if (backward) return cuda_backward(ctx, p);
+    fa_cu_fwd k;
+    int D;
+    int64_t blocks;
+    fa_status st = fwd_plan(ctx, p, &k, &D, &blocks);
+    if (st != FA_OK) return st;
+    *name = IMPL(ctx)->qname;
+    return FA_OK;
+}
+
+static fa_status cuda_kv_append(fa_context *ctx, const fa_problem *p, const fa_tensor *kn, const fa_tensor *vn)
+{
+    cuda_impl *im = IMPL(ctx);
+    fa_cu_fwd k;
+    int D;
+    int64_t blocks;
+    fa_status st;
+    /* the forward's plan: a call the forward cannot serve is refused before the append */
+    if ((st = fwd_plan(ctx, p, &k, &D, &blocks)) != FA_OK) return st;
+    if ((st = check_ptr(ctx, kn->data, "k_new.data")) != FA_OK || (st = check_ptr(ctx, vn->data, "v_new.data")) != FA_OK ||
+        (st = check_pointers(ctx, p)) != FA_OK)
+        return st;
+    cudaSetDevice(im->device);
+    if (im->debug && (st = debug_check(ctx, p)) != FA_OK) return st;
+    fa_cu_append a;
+    a.k_new = kn->data; a.v_new = vn->data;
+    a.k_sb = kn->stride[0]; a.k_ss = kn->stride[1]; a.k_sh = kn->stride[2];
+    a.v_sb = vn->stride[0]; a.v_ss = vn->stride[1]; a.v_sh = vn->stride[2];
+    cudaError_t e = fa_kv_append_launch(k, a, p->k.dtype == FA_F32 ? 4 : 2, im->sms, im->stream);
+    if (e != cudaSuccess) { cudaGetLastError(); return cuda_err(ctx, e, "kv_append launch"); }
+    return FA_OK;
+}
+
+static fa_status cuda_combine(fa_context *ctx, fa_tensor *out, float *lse, const fa_tensor *parts,
+                              const float *const *lse_parts, int n)
+{
+    cuda_impl *im = IMPL(ctx);
+    if (n > FA_CU_MAX_PARTS)
+        return H->set_error(ctx, FA_ERR_UNSUPPORTED, "cuda: fa_combine of %d parts; the kernel takes up to %d", n, FA_CU_MAX_PARTS);
+    fa_status st;
+    if ((st = check_ptr(ctx, out->data, "out.data")) != FA_OK || (st = check_ptr(ctx, lse, "lse")) != FA_OK) return st;
+    fa_cu_combine c;
+    memset(&c, 0, sizeof c);
+    c.n = n;
+    for (int i = 0; i < n; i++) {
+        if ((st = check_ptr(ctx, parts[i].data, "out_parts[i].data")) != FA_OK ||
+            (st = check_ptr(ctx, lse_parts[i], "lse_parts[i]")) != FA_OK)
+            return st;
+        c.data[i] = parts[i].data; c.lse[i] = lse_parts[i]; c.dtype[i] = (int)parts[i].dtype;
+        c.sb[i] = parts[i].stride[0]; c.ss[i] = parts[i].stride[1]; c.sh[i] = parts[i].stride[2];
+    }
+    c.out = out->data; c.out_dtype = (int)out->dtype;
+    c.o_sb = out->stride[0]; c.o_ss = out->stride[1]; c.o_sh = out->stride[2];
+    c.lse_out = lse;
+    c.B = (int)out->shape[0]; c.S = (int)out->shape[1]; c.H = (int)out->shape[2]; c.D = (int)out->shape[3];
+    cudaSetDevice(im->device);
+    cudaError_t e = fa_combine_launch(c, im->sms, im->stream);
+    if (e != cudaSuccess) { cudaGetLastError(); return cuda_err(ctx, e, "combine launch"); }
+    return FA_OK;
+}
+
+static const fa_backend_ops cuda_ops = {
+    /* name */ "cuda",
+    /* init */ cuda_init,
+    /* fini */ cuda_fini,
+    /* describe */ cuda_describe,
+    /* forward */ cuda_forward,
+    /* backward */ cuda_backward,
+    /* query */ cuda_query,
+    /* set_threads */ cuda_set_threads,
+    /* set_tiles */ cuda_set_tiles,
+    /* device_memory */ 1,
+    /* kv_append */ cuda_kv_append,
+    /* combine */ cuda_combine,
+    /* set_device */ cuda_set_device,
+    /* set_stream */ cuda_set_stream,
+};
+
+extern "C" __attribute__((visibility("default"))) const fa_backend_ops *
+fa_module_entry(const fa_host_services *host, char *why, size_t why_len)
+{
+    if (!host || host->abi != FA_MODULE_ABI || host->sizeof_context != sizeof(fa_context) ||
+        host->sizeof_problem != sizeof(fa_problem) || host->sizeof_ops != sizeof(fa_backend_ops)) {
+        if (why)
+            snprintf(why, why_len, "module built for ABI %d (context %zu, problem %zu, ops %zu bytes); library has ABI %d (%zu, %zu, %zu)",
+                     FA_MODULE_ABI, sizeof(fa_context), sizeof(fa_problem), sizeof(fa_backend_ops),
+                     host ? host->abi : -1, host ? host->sizeof_context : 0, host ? host->sizeof_problem : 0,
+                     host ? host->sizeof_ops : 0);
+        return NULL;
+    }
+    H_copy = *host;
+    return &cuda_ops;
+}

@@ -1,0 +1,23 @@
+/* kernels.h - the launchers the host code (cuda.cu) calls; each lives beside its kernel. */
+#ifndef FA_CUDA_KERNELS_H
+#define FA_CUDA_KERNELS_H
+
+#include <cuda_runtime.h>
+#include "params.h"
+
+/* k_new / v_new views for the KV-cache append ([B, s_new, Hkv, d], strides in elements). */
+typedef struct {
+    const void *k_new, *v_new;
+    int64_t k_sb, k_ss, k_sh, v_sb, v_ss, v_sh;
+} fa_cu_append;
+
+/* forward_sm80_dNNN.cu: T = __half or __nv_bfloat16, D = 64, 128, 256. */
+template <typename T, int D> cudaError_t fa_fwd_launch(const fa_cu_fwd &p, int64_t blocks, cudaStream_t st);
+/* Dynamic shared memory the forward kernel of class D needs (bytes). */
+static inline int fa_fwd_smem(int D) { return (128 * D + 4 * 64 * D) * 2; }
+
+cudaError_t fa_combine_launch(const fa_cu_combine &c, int sms, cudaStream_t st);
+cudaError_t fa_kv_append_launch(const fa_cu_fwd &p, const fa_cu_append &a, int es, int sms, cudaStream_t st);
+cudaError_t fa_probe(void);
+
+#endif /* FA_CUDA_KERNELS_H */

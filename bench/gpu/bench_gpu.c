@@ -1,0 +1,78 @@
+/* bench_gpu.c - the GPU sweep of PERFORMANCE.md on the CUDA backend: bf16 and fp16,
+ * 16k tokens (B = 16384/S), hidden 2048 (H = 2048/d), d in {64,128,256},
+ * S in {512..16k}, causal and not, forward and backward (backward: printed as n/a while
+ * the backend answers UNSUPPORTED). CUDA events around each call, median of REPS after
+ * WARM warm-ups; inputs rotate over 2 sets (each tensor 64 MiB > the 60 MiB L2).
+ * FLOPs = 4*B*H*S*S*d, halved for causal; backward 2.5x.
+ * Output: CSV lines "ours,dir,dtype,d,S,causal,ms,tflops" on stdout.
+ * Usage: bench_gpu [quick]
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cuda_runtime.h>
+#include "flashattn.h"
+
+#define WARM 3
+#define REPS 10
+static int cmpf(const void *a, const void *b) { float x = *(const float *)a, y = *(const float *)b; return x < y ? -1 : x > y; }
+
+int main(int argc, char **argv)
+{
+    int quick = argc > 1 && !strcmp(argv[1], "quick");
+    fa_context *ctx;
+    if (fa_context_create(&ctx, FA_BACKEND_CUDA) != FA_OK) { fprintf(stderr, "no cuda: %s\n", fa_last_error(NULL)); return 77; }
+    fprintf(stderr, "%s\n", fa_context_describe(ctx));
+    const size_t tok = 16384, hidden = 2048, bytes = tok * hidden * 2;
+    void *buf[2][4];
+    for (int s = 0; s < 2; s++)
+        for (int i = 0; i < 4; i++) {
+            if (cudaMalloc(&buf[s][i], bytes) != cudaSuccess) { fprintf(stderr, "cudaMalloc failed\n"); return 1; }
+            cudaMemset(buf[s][i], 0x3c, bytes);   /* bf16/fp16 values near 1 (not zeros) */
+        }
+    float *lse[2];
+    cudaMalloc((void **)&lse[0], tok * 256 * 4); cudaMalloc((void **)&lse[1], tok * 256 * 4);
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0); cudaEventCreate(&e1);
+    static const int Ss[] = { 512, 1024, 2048, 4096, 8192, 16384 }, ds[] = { 64, 128, 256 };
+    printf("who,dir,dtype,d,S,causal,ms,tflops\n");
+    for (int ti = 0; ti < 2; ti++)
+        for (int di = 0; di < 3; di++)
+            for (int si = 0; si < 6; si++)
+                for (int c = 0; c < 2; c++) {
+                    if (quick && (si % 2 || ti)) continue;
+                    fa_dtype t = ti ? FA_F16 : FA_BF16;
+                    int d = ds[di], S = Ss[si], B = (int)(tok / S), H = (int)(hidden / d);
+                    fa_options o = {0};
+                    o.causal = c ? FA_CAUSAL_BOTTOM_RIGHT : FA_CAUSAL_NONE;
+                    float ms[REPS];
+                    fa_status st = FA_OK;
+                    for (int r = 0; r < WARM + REPS && st == FA_OK; r++) {
+                        int s = r & 1;
+                        fa_tensor q = fa_tensor_contiguous(buf[s][0], t, B, S, H, d), k = fa_tensor_contiguous(buf[s][1], t, B, S, H, d);
+                        fa_tensor v = fa_tensor_contiguous(buf[s][2], t, B, S, H, d), out = fa_tensor_contiguous(buf[s][3], t, B, S, H, d);
+                        cudaEventRecord(e0, 0);
+                        st = fa_forward(ctx, &out, lse[s], &q, &k, &v, &o);
+                        cudaEventRecord(e1, 0);
+                        cudaEventSynchronize(e1);
+                        if (r >= WARM) cudaEventElapsedTime(&ms[r - WARM], e0, e1);
+                    }
+                    double fl = 4.0 * B * H * (double)S * S * d / (c ? 2 : 1);
+                    const char *tn = t == FA_BF16 ? "bf16" : "fp16";
+                    if (st != FA_OK) { printf("ours,fwd,%s,%d,%d,%d,nan,nan\n", tn, d, S, c); fprintf(stderr, "fwd: %s\n", fa_last_error(ctx)); }
+                    else {
+                        qsort(ms, REPS, sizeof(float), cmpf);
+                        float m = ms[REPS / 2];
+                        printf("ours,fwd,%s,%d,%d,%d,%.4f,%.1f\n", tn, d, S, c, m, fl / (m * 1e-3) / 1e12);
+                    }
+                    /* backward: one call to learn whether it is served */
+                    fa_tensor q = fa_tensor_contiguous(buf[0][0], t, B, S, H, d);
+                    st = fa_backward(ctx, &q, &q, &q, NULL, &q, &q, &q, &q, &q, lse[0], &o);
+                    if (st != FA_OK) printf("ours,bwd,%s,%d,%d,%d,nan,nan\n", tn, d, S, c);
+                    fflush(stdout);
+                }
+    cudaError_t e = cudaDeviceSynchronize();
+    fprintf(stderr, "final device status: %s\n", cudaGetErrorString(e));
+    fa_context_destroy(ctx);
+    return 0;
+}

@@ -1,0 +1,31 @@
+#!/bin/sh
+# run-on-gpu.sh - on the GPU machine, in the repository root: the CUDA tests, the sanitizer
+# sweep and the benchmark against torch SDPA, logs into $OUT (default ./gpu-out).
+# DIR (default .gpu) holds what was built on the development machine: libflashattn.so*,
+# flashattn_cuda.so, test_cuda, bench_gpu (see bench/gpu/README.md for how to build it).
+# Usage: bench/gpu/run-on-gpu.sh [DIR]
+D=${1:-.gpu}
+OUT=${OUT:-gpu-out}
+mkdir -p "$OUT"
+export FA_CUDA_MODULE="$D/flashattn_cuda.so" LD_LIBRARY_PATH="$D${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PYTHONUNBUFFERED=1
+{
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
+  cuobjdump --dump-sass "$D/flashattn_cuda.so" 2>/dev/null | grep -o "HMMA[.A-Z0-9]*" | sort | uniq -c
+  echo "local-memory instructions in the module: $(cuobjdump --dump-sass "$D/flashattn_cuda.so" 2>/dev/null | grep -c 'LDL\|STL')"
+} > "$OUT/env.txt" 2>&1
+echo "== test_cuda"; t0=$(date +%s)
+timeout 200 "$D/test_cuda" > "$OUT/test.log" 2>&1; echo "test_cuda rc=$? ($(( $(date +%s) - t0 )) s)"
+grep -E "^FAIL|passed" "$OUT/test.log" | head -40
+echo "== bench"; t0=$(date +%s)
+timeout 90 "$D/bench_gpu" > "$OUT/ours.csv" 2> "$OUT/bench.err"; echo "bench rc=$? ($(( $(date +%s) - t0 )) s)"
+if [ -z "$NO_PEERS" ]; then
+echo "== torch peers"; t0=$(date +%s)
+timeout 170 python3 bench/peers/torch_sdpa_gpu.py --ours "$OUT/ours.csv" ${PEERS_FLAGS:---bf16} > "$OUT/peers.csv" 2> "$OUT/ratios.txt"
+echo "peers rc=$? ($(( $(date +%s) - t0 )) s)"; cat "$OUT/ratios.txt" | tail -45
+fi
+echo "== compute-sanitizer (quick sweep)"; t0=$(date +%s)
+timeout 60 compute-sanitizer --tool memcheck --print-limit 5 "$D/test_cuda" quick > "$OUT/memcheck.log" 2>&1; echo "memcheck rc=$?"
+tail -3 "$OUT/memcheck.log"
+timeout 50 compute-sanitizer --tool racecheck --print-limit 5 "$D/test_cuda" quick > "$OUT/racecheck.log" 2>&1; echo "racecheck rc=$? ($(( $(date +%s) - t0 )) s)"
+tail -3 "$OUT/racecheck.log"

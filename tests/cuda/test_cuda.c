@@ -1,0 +1,473 @@
+/* test_cuda.c - the CUDA backend against the reference backend, on the GPU machine.
+ *
+ * Each case draws random inputs (seeded; the seed is printed), rounds them to the storage
+ * dtype, copies them to the device, poisons the outputs (NaN bytes, plus a guard band past
+ * the end), runs the CUDA backend, and runs the reference backend on host copies of the
+ * same rounded inputs with an fp32 output (the "oracle" here).
+ * Tolerance (TESTING.md's rule, approximated): a same-precision naive implementation
+ * differs from the oracle by about one rounding of P and one of O, i.e. eps * max|O|
+ * (eps = 2^-8 bf16, 2^-11 fp16); we require max|ours - oracle| <= 2 * eps * max|oracle|
+ * + 1e-5 for O, and |lse - lse_oracle| <= 1e-3 * (1 + |lse|) (lse is fp32 on both sides).
+ * Also: every output element written (no poison left), guard band untouched, rows that
+ * must stay untouched (varlen past cu_seqlens[batch]) untouched, the KV cache after the
+ * append equal to the reference's, forward bitwise deterministic, the dropout keep-mask
+ * identical to the CPU and reference backends, UNSUPPORTED / INVALID_ARG where documented.
+ * Usage: test_cuda [quick]     (exit status 0 = all passed)
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cuda_runtime.h>
+#include "flashattn.h"
+#include "dtype.h"
+
+static int fails, passes, quick;
+static fa_context *cu, *ref;
+static uint64_t rng = 0x1234567ULL;
+static double frand(void)
+{
+    rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+}
+
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); exit(2); } } while (0)
+
+static size_t esz(fa_dtype t) { return t == FA_F32 ? 4 : 2; }
+
+/* A buffer on both sides: host bytes h, device bytes d, n elements of dtype t. */
+typedef struct { void *h, *d; size_t n; fa_dtype t; } buf;
+static buf mk(size_t n, fa_dtype t, double amp)
+{
+    buf b = { malloc(n * esz(t) + 64), NULL, n, t };
+    for (size_t i = 0; i < n; i++) fa_store(b.h, t, i, (float)(amp * frand()));
+    CK(cudaMalloc(&b.d, n * esz(t) + 256));
+    CK(cudaMemcpy(b.d, b.h, n * esz(t), cudaMemcpyHostToDevice));
+    return b;
+}
+static buf mk_poison(size_t n, fa_dtype t)   /* device poisoned (0xff: NaN), host zero */
+{
+    buf b = { calloc(n * esz(t) + 256, 1), NULL, n, t };
+    CK(cudaMalloc(&b.d, n * esz(t) + 256));
+    CK(cudaMemset(b.d, 0xff, n * esz(t) + 256));
+    return b;
+}
+static void fr(buf *b) { free(b->h); cudaFree(b->d); b->h = b->d = NULL; }
+static void pull(buf *b) { CK(cudaMemcpy(b->h, b->d, b->n * esz(b->t) + 256, cudaMemcpyDeviceToHost)); }
+static fa_tensor view(void *data, fa_dtype t, int64_t B, int64_t S, int64_t H, int64_t D, int transposed)
+{
+    fa_tensor x = fa_tensor_contiguous(data, t, B, S, H, D);
+    if (S == 0) x.stride[0] = H * D;   /* an empty view still needs non-aliasing strides */
+    if (transposed) { x.stride[2] = S * D; x.stride[1] = D; }   /* [B, H, S, D] storage */
+    return x;
+}
+static int guard_ok(const buf *b)
+{
+    const unsigned char *g = (const unsigned char *)b->h + b->n * esz(b->t);
+    for (int i = 0; i < 256; i++) if (g[i] != 0xff) return 0;
+    return 1;
+}
+
+static void result(const char *name, int ok, const char *fmt, ...)
+{
+    va_list ap;
+    if (ok) passes++; else fails++;
+    if (!ok || !quick) {
+        printf("%s %-64s ", ok ? "PASS" : "FAIL", name);
+        va_start(ap, fmt); vprintf(fmt, ap); va_end(ap);
+        printf("\n");
+    }
+    fflush(stdout);
+}
+
+/* Compare out (dtype ot, device result pulled into o->h) with the f32 oracle. rowmask: NULL
+   or per-row 1 = must be written. Returns ok. */
+static int cmp_out(const char *name, const buf *o, const float *oracle, size_t n, fa_dtype in_t,
+                   const float *lse, const float *lse_or, size_t nl)
+{
+    double mo = 0, err = 0, lerr = 0;
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) if (fabs(oracle[i]) > mo) mo = fabs(oracle[i]);
+    for (size_t i = 0; i < n; i++) {
+        float x = fa_load(o->h, o->t, i);
+        if (isnan(x) && !isnan(oracle[i])) { bad = 1; continue; }
+        double e = fabs(x - oracle[i]);
+        if (e > err) err = e;
+    }
+    for (size_t i = 0; i < nl && lse; i++) {
+        if (isinf(lse_or[i]) && lse_or[i] < 0) { if (!(isinf(lse[i]) && lse[i] < 0)) bad = 1; continue; }
+        if (isnan(lse[i])) { bad = 1; continue; }
+        double e = fabs(lse[i] - lse_or[i]) / (1 + fabs(lse_or[i]));
+        if (e > lerr) lerr = e;
+    }
+    double eps = in_t == FA_BF16 ? 1.0 / 256 : 1.0 / 2048;
+    double tol = 2 * eps * mo + 1e-5;
+    int ok = !bad && err <= tol && lerr <= 1e-3 && guard_ok(o);
+    result(name, ok, "err %.3g tol %.3g lse_rel %.3g", err, tol, lerr);
+    return ok;
+}
+
+typedef struct {
+    const char *name; fa_dtype t; int B, Sq, Sk, H, Hkv, dqk, dv;
+    fa_causal causal; int window; int64_t wl, wr; float softcap, dropout;
+    int alibi, sinks, bias, transposed, out_f32;
+} dcase;
+
+static void run_dense(const dcase *c)
+{
+    char name[160];
+    snprintf(name, sizeof name, "%s %s B%d Sq%d Sk%d H%d/%d d%d/%d c%d", c->name, c->t == FA_BF16 ? "bf16" : "fp16",
+             c->B, c->Sq, c->Sk, c->H, c->Hkv, c->dqk, c->dv, (int)c->causal);
+    buf q = mk((size_t)c->B * c->Sq * c->H * c->dqk, c->t, 2.0);
+    buf k = mk((size_t)c->B * c->Sk * c->Hkv * c->dqk, c->t, 2.0);
+    buf v = mk((size_t)c->B * c->Sk * c->Hkv * c->dv, c->t, 1.0);
+    fa_dtype ot = c->out_f32 ? FA_F32 : c->t;
+    size_t no = (size_t)c->B * c->Sq * c->H * c->dv, nl = (size_t)c->B * c->H * c->Sq;
+    buf o = mk_poison(no, ot), l = mk_poison(nl, FA_F32);
+    buf al = mk(c->H, FA_F32, 0.5), sk = mk(c->H, FA_F32, 2.0);
+    for (int h = 0; h < c->H; h++) ((float *)al.h)[h] = fabsf(((float *)al.h)[h]);
+    CK(cudaMemcpy(al.d, al.h, c->H * 4, cudaMemcpyHostToDevice));
+    buf bi = mk((size_t)c->Sq * c->Sk * c->H, FA_BF16, 1.0);   /* [1, Sq, H, Sk], batch broadcast */
+    fa_tensor bt_h = fa_tensor_contiguous(bi.h, FA_BF16, c->B, c->Sq, c->H, c->Sk), bt_d;
+    bt_h.stride[0] = 0;
+    bt_d = bt_h; bt_d.data = bi.d;
+    fa_options o1 = {0};
+    o1.causal = c->causal; o1.window = c->window; o1.window_left = c->wl; o1.window_right = c->wr;
+    o1.softcap = c->softcap; o1.dropout_p = c->dropout; o1.seed = 42; o1.offset = 7;
+    fa_options od = o1, oh = o1;
+    if (c->alibi) { od.alibi_slopes = (float *)al.d; oh.alibi_slopes = (float *)al.h; }
+    if (c->sinks) { od.sinks = (float *)sk.d; oh.sinks = (float *)sk.h; }
+    if (c->bias) { od.bias = &bt_d; oh.bias = &bt_h; }
+    fa_tensor tq = view(q.d, c->t, c->B, c->Sq, c->H, c->dqk, c->transposed);
+    fa_tensor tk = view(k.d, c->t, c->B, c->Sk, c->Hkv, c->dqk, c->transposed);
+    fa_tensor tv = view(v.d, c->t, c->B, c->Sk, c->Hkv, c->dv, c->transposed);
+    fa_tensor to = view(o.d, ot, c->B, c->Sq, c->H, c->dv, 0);
+    fa_status st = fa_forward(cu, &to, (float *)l.d, &tq, &tk, &tv, &od);
+    CK(cudaDeviceSynchronize());
+    if (st != FA_OK) { result(name, 0, "status %d", (int)st); printf("   %s\n", fa_last_error(cu)); goto done; }
+    pull(&o); pull(&l);
+    {
+        float *oref = malloc(no * 4 + 4), *lref = malloc(nl * 4 + 4);
+        fa_tensor hq = view(q.h, c->t, c->B, c->Sq, c->H, c->dqk, c->transposed);
+        fa_tensor hk = view(k.h, c->t, c->B, c->Sk, c->Hkv, c->dqk, c->transposed);
+        fa_tensor hv = view(v.h, c->t, c->B, c->Sk, c->Hkv, c->dv, c->transposed);
+        fa_tensor ho = view(oref, FA_F32, c->B, c->Sq, c->H, c->dv, 0);
+        st = fa_forward(ref, &ho, lref, &hq, &hk, &hv, &oh);
+        if (st != FA_OK) { result(name, 0, "reference status %d", (int)st); printf("   %s\n", fa_last_error(ref)); }
+        else {
+            cmp_out(name, &o, oref, no, c->t, (float *)l.h, lref, nl);
+            /* determinism: a second run is bitwise equal */
+            if (!quick || c->dropout > 0) {
+                buf o2 = mk_poison(no, ot);
+                to.data = o2.d;
+                fa_forward(cu, &to, NULL, &tq, &tk, &tv, &od);
+                pull(&o2);
+                char n2[200]; snprintf(n2, sizeof n2, "%s determinism", name);
+                result(n2, !memcmp(o.h, o2.h, no * esz(ot)), "");
+                fr(&o2);
+            }
+        }
+        free(oref); free(lref);
+    }
+done:
+    fr(&q); fr(&k); fr(&v); fr(&o); fr(&l); fr(&al); fr(&sk); fr(&bi);
+}
+
+/* Varlen: every 5th sequence and the last are empty; total_q tensor has 5 extra rows that
+   must stay untouched. */
+static void run_varlen(fa_dtype t, int nseq, int d, fa_causal causal)
+{
+    char name[128];
+    snprintf(name, sizeof name, "varlen %s nseq%d d%d c%d", t == FA_BF16 ? "bf16" : "fp16", nseq, d, (int)causal);
+    int32_t cq[64], ck[64];
+    cq[0] = ck[0] = 0;
+    int maxq = 0, maxk = 0;
+    for (int b = 0; b < nseq; b++) {
+        int lq = (b % 5 == 4 || b == nseq - 1) ? 0 : 1 + (int)((frand() + 1) * 150);
+        int lk = (b % 5 == 4 || b == nseq - 1) ? 0 : 1 + (int)((frand() + 1) * 200);
+        if (causal && lk < lq) lk = lq;
+        cq[b + 1] = cq[b] + lq; ck[b + 1] = ck[b] + lk;
+        if (lq > maxq) maxq = lq;
+        if (lk > maxk) maxk = lk;
+    }
+    int H = 4, Hkv = 2, TQ = cq[nseq] + 5, TK = ck[nseq];
+    buf q = mk((size_t)TQ * H * d, t, 2.0), k = mk((size_t)TK * Hkv * d, t, 2.0), v = mk((size_t)TK * Hkv * d, t, 1.0);
+    buf o = mk_poison((size_t)TQ * H * d, t), l = mk_poison((size_t)H * TQ, FA_F32);
+    int32_t *dcq, *dck;
+    CK(cudaMalloc((void **)&dcq, 4 * (nseq + 1))); CK(cudaMalloc((void **)&dck, 4 * (nseq + 1)));
+    CK(cudaMemcpy(dcq, cq, 4 * (nseq + 1), cudaMemcpyHostToDevice)); CK(cudaMemcpy(dck, ck, 4 * (nseq + 1), cudaMemcpyHostToDevice));
+    fa_options op = {0};
+    op.causal = causal;
+    fa_tensor tq = fa_tensor_contiguous(q.d, t, 1, TQ, H, d), tk = fa_tensor_contiguous(k.d, t, 1, TK, Hkv, d);
+    fa_tensor tv = fa_tensor_contiguous(v.d, t, 1, TK, Hkv, d), to = fa_tensor_contiguous(o.d, t, 1, TQ, H, d);
+    fa_status st = fa_forward_varlen(cu, &to, (float *)l.d, &tq, &tk, &tv, dcq, dck, nseq, maxq, maxk, &op);
+    CK(cudaDeviceSynchronize());
+    if (st != FA_OK) { result(name, 0, "status %d", (int)st); printf("   %s\n", fa_last_error(cu)); goto done; }
+    pull(&o); pull(&l);
+    {
+        size_t nv = (size_t)cq[nseq] * H * d;
+        float *oref = malloc((size_t)TQ * H * d * 4), *lref = malloc((size_t)H * TQ * 4);
+        fa_tensor hq = fa_tensor_contiguous(q.h, t, 1, TQ, H, d), hk = fa_tensor_contiguous(k.h, t, 1, TK, Hkv, d);
+        fa_tensor hv = fa_tensor_contiguous(v.h, t, 1, TK, Hkv, d), ho = fa_tensor_contiguous(oref, FA_F32, 1, TQ, H, d);
+        st = fa_forward_varlen(ref, &ho, lref, &hq, &hk, &hv, cq, ck, nseq, maxq, maxk, &op);
+        if (st != FA_OK) { result(name, 0, "reference status %d", (int)st); printf("   %s\n", fa_last_error(ref)); }
+        else {
+            /* lse [H, TQ]: compare the valid columns only; the 5 extra rows stay poisoned */
+            int untouched = 1;
+            for (size_t i = nv * 2; i < (size_t)TQ * H * d * 2; i++) if (((unsigned char *)o.h)[i] != 0xff) untouched = 0;
+            float *lv = malloc((size_t)H * TQ * 4), *lrv = malloc((size_t)H * TQ * 4);
+            size_t m = 0;
+            for (int h = 0; h < H; h++)
+                for (int i = 0; i < cq[nseq]; i++) { lv[m] = ((float *)l.h)[h * TQ + i]; lrv[m++] = lref[h * TQ + i]; }
+            buf ov = o; ov.n = nv;
+            /* guard_ok looks past n: the extra rows (0xff) then the real guard band */
+            cmp_out(name, &ov, oref, nv, t, lv, lrv, m);
+            char n2[160]; snprintf(n2, sizeof n2, "%s rows past cu_seqlens untouched", name);
+            result(n2, untouched, "");
+            free(lv); free(lrv);
+        }
+        free(oref); free(lref);
+    }
+done:
+    cudaFree(dcq); cudaFree(dck);
+    fr(&q); fr(&k); fr(&v); fr(&o); fr(&l);
+}
+
+/* KV cache: contiguous (page = 0) or paged; with s_new new rows; cache_seqlens random with a 0. */
+static void run_kvcache(fa_dtype t, int B, int Sq, int snew, int page, int d, fa_causal causal, int H, int Hkv)
+{
+    char name[160];
+    snprintf(name, sizeof name, "kvcache %s B%d Sq%d new%d page%d d%d c%d H%d/%d", t == FA_BF16 ? "bf16" : "fp16",
+             B, Sq, snew, page, d, (int)causal, H, Hkv);
+    int cap = 700, maxp = page ? (cap + page - 1) / page : 0;
+    if (page) cap = maxp * page;
+    int npages = page ? B * maxp + 3 : 0;
+    int32_t cs[16], *bt = NULL;
+    for (int b = 0; b < B; b++) cs[b] = b == 1 ? 0 : (int)((frand() + 1) * 0.5 * (cap - snew - 1));
+    buf kc, vc;
+    if (page) {
+        kc = mk((size_t)npages * page * Hkv * d, t, 2.0); vc = mk((size_t)npages * page * Hkv * d, t, 1.0);
+        bt = malloc(4 * B * maxp);
+        /* a permutation of pages, reversed, so that pages are not in order */
+        for (int i = 0; i < B * maxp; i++) bt[i] = npages - 1 - i;
+    } else {
+        kc = mk((size_t)B * cap * Hkv * d, t, 2.0); vc = mk((size_t)B * cap * Hkv * d, t, 1.0);
+    }
+    buf kn = mk((size_t)B * (snew ? snew : 1) * Hkv * d, t, 2.0), vn = mk((size_t)B * (snew ? snew : 1) * Hkv * d, t, 1.0);
+    buf q = mk((size_t)B * Sq * H * d, t, 2.0), o = mk_poison((size_t)B * Sq * H * d, t), l = mk_poison((size_t)B * H * Sq, FA_F32);
+    int32_t *dcs, *dbt = NULL;
+    CK(cudaMalloc((void **)&dcs, 4 * B)); CK(cudaMemcpy(dcs, cs, 4 * B, cudaMemcpyHostToDevice));
+    if (bt) { CK(cudaMalloc((void **)&dbt, 4 * B * maxp)); CK(cudaMemcpy(dbt, bt, 4 * B * maxp, cudaMemcpyHostToDevice)); }
+    fa_options op = {0};
+    op.causal = causal;
+    int64_t S1 = page ? page : cap, N0 = page ? npages : B;
+    fa_tensor tkc = fa_tensor_contiguous(kc.d, t, N0, S1, Hkv, d), tvc = fa_tensor_contiguous(vc.d, t, N0, S1, Hkv, d);
+    fa_tensor tkn = fa_tensor_contiguous(kn.d, t, B, snew, Hkv, d), tvn = fa_tensor_contiguous(vn.d, t, B, snew, Hkv, d);
+    fa_tensor tq = fa_tensor_contiguous(q.d, t, B, Sq, H, d), to = fa_tensor_contiguous(o.d, t, B, Sq, H, d);
+    const char *kname = "";
+    fa_status st = fa_forward_kvcache(cu, &to, (float *)l.d, &tq, &tkc, &tvc, snew ? &tkn : NULL, snew ? &tvn : NULL,
+                                      dcs, dbt, maxp, &op);
+    CK(cudaDeviceSynchronize());
+    if (st != FA_OK) { result(name, 0, "status %d", (int)st); printf("   %s\n", fa_last_error(cu)); goto done; }
+    (void)kname;
+    pull(&o); pull(&l);
+    {
+        size_t n = (size_t)B * Sq * H * d, nc = kc.n;
+        float *oref = malloc(n * 4), *lref = malloc((size_t)B * H * Sq * 4);
+        fa_tensor hkc = fa_tensor_contiguous(kc.h, t, N0, S1, Hkv, d), hvc = fa_tensor_contiguous(vc.h, t, N0, S1, Hkv, d);
+        fa_tensor hkn = fa_tensor_contiguous(kn.h, t, B, snew, Hkv, d), hvn = fa_tensor_contiguous(vn.h, t, B, snew, Hkv, d);
+        fa_tensor hq = fa_tensor_contiguous(q.h, t, B, Sq, H, d), ho = fa_tensor_contiguous(oref, FA_F32, B, Sq, H, d);
+        st = fa_forward_kvcache(ref, &ho, lref, &hq, &hkc, &hvc, snew ? &hkn : NULL, snew ? &hvn : NULL, cs, bt, maxp, &op);
+        if (st != FA_OK) { result(name, 0, "reference status %d", (int)st); printf("   %s\n", fa_last_error(ref)); }
+        else {
+            cmp_out(name, &o, oref, n, t, (float *)l.h, lref, (size_t)B * H * Sq);
+            /* the caches after the append */
+            void *kc2 = malloc(nc * 2), *vc2 = malloc(nc * 2);
+            CK(cudaMemcpy(kc2, kc.d, nc * 2, cudaMemcpyDeviceToHost)); CK(cudaMemcpy(vc2, vc.d, nc * 2, cudaMemcpyDeviceToHost));
+            char n2[200]; snprintf(n2, sizeof n2, "%s cache after append", name);
+            result(n2, !memcmp(kc2, kc.h, nc * 2) && !memcmp(vc2, vc.h, nc * 2), "");
+            free(kc2); free(vc2);
+        }
+        free(oref); free(lref);
+    }
+done:
+    cudaFree(dcs); cudaFree(dbt); free(bt);
+    fr(&kc); fr(&vc); fr(&kn); fr(&vn); fr(&q); fr(&o); fr(&l);
+}
+
+/* fa_combine on the device: Sk split in n parts, merged, against the whole forward. */
+static void run_combine(fa_dtype t, int n)
+{
+    char name[96];
+    snprintf(name, sizeof name, "combine %s %d parts", t == FA_BF16 ? "bf16" : "fp16", n);
+    int B = 2, Sq = 77, Sk = 300, H = 4, d = 64;
+    buf q = mk((size_t)B * Sq * H * d, t, 2.0), k = mk((size_t)B * Sk * H * d, t, 2.0), v = mk((size_t)B * Sk * H * d, t, 1.0);
+    buf ow = mk_poison((size_t)B * Sq * H * d, FA_F32), lw = mk_poison((size_t)B * H * Sq, FA_F32);
+    buf oc = mk_poison((size_t)B * Sq * H * d, FA_F32), lc = mk_poison((size_t)B * H * Sq, FA_F32);
+    fa_tensor tq = fa_tensor_contiguous(q.d, t, B, Sq, H, d);
+    fa_tensor tk = fa_tensor_contiguous(k.d, t, B, Sk, H, d), tv = fa_tensor_contiguous(v.d, t, B, Sk, H, d);
+    fa_tensor tow = fa_tensor_contiguous(ow.d, FA_F32, B, Sq, H, d);
+    fa_forward(cu, &tow, (float *)lw.d, &tq, &tk, &tv, NULL);
+    fa_tensor parts[8];
+    float *lp[8];
+    buf pb[8], lb[8];
+    for (int i = 0; i < n; i++) {
+        int s0 = Sk * i / n, s1 = Sk * (i + 1) / n;
+        pb[i] = mk_poison((size_t)B * Sq * H * d, FA_F32); lb[i] = mk_poison((size_t)B * H * Sq, FA_F32);
+        fa_tensor pk = tk, pv = tv;
+        pk.data = (char *)k.d + (size_t)s0 * H * d * 2; pk.shape[1] = s1 - s0;
+        pv.data = (char *)v.d + (size_t)s0 * H * d * 2; pv.shape[1] = s1 - s0;
+        parts[i] = fa_tensor_contiguous(pb[i].d, FA_F32, B, Sq, H, d);
+        lp[i] = (float *)lb[i].d;
+        fa_forward(cu, &parts[i], lp[i], &tq, &pk, &pv, NULL);
+    }
+    fa_tensor toc = fa_tensor_contiguous(oc.d, FA_F32, B, Sq, H, d);
+    fa_status st = fa_combine(cu, &toc, (float *)lc.d, parts, (const float *const *)lp, n);
+    CK(cudaDeviceSynchronize());
+    pull(&ow); pull(&lw); pull(&oc); pull(&lc);
+    double err = 0, lerr = 0;
+    for (size_t i = 0; i < ow.n; i++) err = fmax(err, fabs(((float *)ow.h)[i] - ((float *)oc.h)[i]));
+    for (size_t i = 0; i < lw.n; i++) lerr = fmax(lerr, fabs(((float *)lw.h)[i] - ((float *)lc.h)[i]));
+    result(name, st == FA_OK && err < 1e-2 && lerr < 1e-4, "err %.3g lse %.3g", err, lerr);
+    for (int i = 0; i < n; i++) { fr(&pb[i]); fr(&lb[i]); }
+    fr(&q); fr(&k); fr(&v); fr(&ow); fr(&lw); fr(&oc); fr(&lc);
+}
+
+/* Dropout keep-mask equality: V = identity rows, so out[i][j] = 0 exactly where (i, j) was
+   dropped; compare the zero pattern with the CPU and reference backends. */
+static void run_dropout_mask(void)
+{
+    int B = 2, Sq = 200, Sk = 64, H = 3, d = 64;
+    fa_dtype t = FA_BF16;
+    buf q = mk((size_t)B * Sq * H * d, t, 0.3), k = mk((size_t)B * Sk * H * d, t, 0.3), v = mk((size_t)B * Sk * H * d, t, 0);
+    for (int b = 0; b < B; b++) for (int j = 0; j < Sk; j++) for (int h = 0; h < H; h++) for (int c = 0; c < d; c++)
+        fa_store(v.h, t, (((size_t)b * Sk + j) * H + h) * d + c, j == c ? 1.0f : 0.0f);
+    CK(cudaMemcpy(v.d, v.h, v.n * 2, cudaMemcpyHostToDevice));
+    buf o = mk_poison((size_t)B * Sq * H * d, FA_F32);
+    fa_options op = {0};
+    op.dropout_p = 0.3f; op.seed = 0x123456789abcULL; op.offset = 99;
+    fa_tensor tq = fa_tensor_contiguous(q.d, t, B, Sq, H, d), tk = fa_tensor_contiguous(k.d, t, B, Sk, H, d);
+    fa_tensor tv = fa_tensor_contiguous(v.d, t, B, Sk, H, d), to = fa_tensor_contiguous(o.d, FA_F32, B, Sq, H, d);
+    fa_status st = fa_forward(cu, &to, NULL, &tq, &tk, &tv, &op);
+    CK(cudaDeviceSynchronize());
+    pull(&o);
+    for (int w = 0; w < 2; w++) {
+        fa_context *c2 = NULL;
+        if (fa_context_create(&c2, w ? FA_BACKEND_CPU : FA_BACKEND_REFERENCE) != FA_OK) {
+            result(w ? "dropout mask == cpu" : "dropout mask == reference", 0, "no context"); continue; }
+        float *oh = malloc(o.n * 4);
+        fa_tensor hq = fa_tensor_contiguous(q.h, t, B, Sq, H, d), hk = fa_tensor_contiguous(k.h, t, B, Sk, H, d);
+        fa_tensor hv = fa_tensor_contiguous(v.h, t, B, Sk, H, d), ho = fa_tensor_contiguous(oh, FA_F32, B, Sq, H, d);
+        fa_status s2 = fa_forward(c2, &ho, NULL, &hq, &hk, &hv, &op);
+        size_t diff = 0, zeros = 0;
+        for (size_t i = 0; i < o.n; i++) {
+            int z1 = ((float *)o.h)[i] == 0.0f, z2 = oh[i] == 0.0f;
+            zeros += z2; diff += z1 != z2;
+        }
+        result(w ? "dropout keep-mask bit-identical with the cpu backend" : "dropout keep-mask bit-identical with the reference",
+               st == FA_OK && s2 == FA_OK && diff == 0 && zeros > o.n / 10, "mismatches %g, dropped %g of %g", (double)diff, (double)zeros, (double)o.n);
+        free(oh);
+        fa_context_destroy(c2);
+    }
+    fr(&q); fr(&k); fr(&v); fr(&o);
+}
+
+static void run_status_checks(void)
+{
+    buf q = mk(2 * 16 * 2 * 64, FA_BF16, 1), o = mk_poison(2 * 16 * 2 * 64, FA_BF16);
+    fa_tensor tq = fa_tensor_contiguous(q.d, FA_BF16, 2, 16, 2, 64), to = fa_tensor_contiguous(o.d, FA_BF16, 2, 16, 2, 64);
+    const char *kn = NULL;
+    fa_status st = fa_query(cu, &kn, &to, NULL, &tq, &tq, &tq, NULL);
+    printf("query: %s -> %s\n", fa_status_string(st), kn ? kn : fa_last_error(cu));
+    result("query names a kernel", st == FA_OK && kn && strstr(kn, "cuda/"), "");
+    fa_tensor f = tq; f.dtype = FA_F32;
+    fa_tensor fo = to; fo.dtype = FA_F32;
+    st = fa_forward(cu, &fo, NULL, &f, &f, &f, NULL);
+    printf("fp32: %s: %s\n", fa_status_string(st), fa_last_error(cu));
+    result("fp32 -> UNSUPPORTED with a reason", st == FA_ERR_UNSUPPORTED, "");
+    fa_tensor d59 = fa_tensor_contiguous(q.d, FA_BF16, 1, 16, 2, 59), o59 = fa_tensor_contiguous(o.d, FA_BF16, 1, 16, 2, 59);
+    st = fa_forward(cu, &o59, NULL, &d59, &d59, &d59, NULL);
+    printf("d59: %s: %s\n", fa_status_string(st), fa_last_error(cu));
+    result("d=59 -> UNSUPPORTED with a reason", st == FA_ERR_UNSUPPORTED, "");
+    fa_tensor hq = tq; hq.data = q.h;
+    st = fa_forward(cu, &to, NULL, &hq, &tq, &tq, NULL);
+    printf("host pointer: %s: %s\n", fa_status_string(st), fa_last_error(cu));
+    result("host pointer -> INVALID_ARG", st == FA_ERR_INVALID_ARG, "");
+    float *lse; CK(cudaMalloc((void **)&lse, 4096));
+    st = fa_backward(cu, &tq, &tq, &tq, NULL, &tq, &tq, &tq, &tq, &tq, lse, NULL);
+    printf("backward: %s: %s\n", fa_status_string(st), fa_last_error(cu));
+    result("backward -> UNSUPPORTED (not implemented on the GPU)", st == FA_ERR_UNSUPPORTED, "");
+    result("set_threads -> UNSUPPORTED", fa_context_set_threads(cu, 4) == FA_ERR_UNSUPPORTED, "");
+    cudaFree(lse);
+    fr(&q); fr(&o);
+}
+
+int main(int argc, char **argv)
+{
+    quick = argc > 1 && !strcmp(argv[1], "quick");
+    if (fa_context_create(&cu, FA_BACKEND_CUDA) != FA_OK) { printf("no cuda context: %s\n", fa_last_error(NULL)); return 77; }
+    if (fa_context_create(&ref, FA_BACKEND_REFERENCE) != FA_OK) { printf("no reference context\n"); return 2; }
+    printf("%s\n", fa_context_describe(cu));
+    printf("seed 0x%llx\n", (unsigned long long)rng);
+    run_status_checks();
+    static const int pairs[][2] = { {1,1}, {1,239}, {239,1}, {3,799}, {799,3}, {113,203}, {128,217}, {256,512}, {512,256}, {1023,1024}, {0,5}, {5,0} };
+    static const int dims[][2] = { {64,64}, {128,128}, {256,256}, {32,32}, {8,8}, {96,96}, {80,80}, {192,128}, {64,32}, {160,160} };
+    fa_dtype dts[2] = { FA_BF16, FA_F16 };
+    int npairs = sizeof pairs / sizeof pairs[0], ndims = sizeof dims / sizeof dims[0];
+    for (int di = 0; di < ndims; di++)
+        for (int pi = 0; pi < npairs; pi++)
+            for (int ci = 0; ci < 3; ci++) {
+                if (quick && (pi % 3 != 0 || di > 3)) continue;
+                if (pairs[pi][0] * pairs[pi][1] > 300000 && di > 1) continue;
+                dcase c = { "dense", dts[(di + pi + ci) % 2], 2, pairs[pi][0], pairs[pi][1], 3, 3, dims[di][0], dims[di][1],
+                            (fa_causal)ci, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 };
+                if (pairs[pi][0] * pairs[pi][1] > 300000) c.B = 1;
+                run_dense(&c);
+            }
+    for (int ti = 0; ti < 2; ti++)
+        for (int di = 0; di < 3; di++) {
+            int d = di == 0 ? 64 : di == 1 ? 128 : 256;
+            fa_dtype t = dts[ti];
+            dcase base = { "", t, 2, 113, 203, 8, 8, d, d, FA_CAUSAL_NONE, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 };
+            dcase c;
+#define V(nm, stmt) do { c = base; c.name = nm; stmt; run_dense(&c); } while (0)
+            V("window left", (c.window = 1, c.wl = 30, c.wr = -1));
+            V("window right", (c.window = 1, c.wl = -1, c.wr = 20));
+            V("window both", (c.window = 1, c.wl = 40, c.wr = 7));
+            V("window+causal", (c.window = 1, c.wl = 40, c.wr = 7, c.causal = FA_CAUSAL_BOTTOM_RIGHT));
+            V("causal Sq>Sk (masked rows)", (c.Sq = 300, c.Sk = 100, c.causal = FA_CAUSAL_BOTTOM_RIGHT));
+            V("softcap", (c.softcap = 5.0f));
+            V("alibi", (c.alibi = 1, c.causal = FA_CAUSAL_BOTTOM_RIGHT));
+            V("sinks", (c.sinks = 1));
+            V("sinks+masked rows", (c.sinks = 1, c.Sq = 300, c.Sk = 100, c.causal = FA_CAUSAL_BOTTOM_RIGHT));
+            V("bias (batch-broadcast)", (c.bias = 1));
+            V("dropout", (c.dropout = 0.2f));
+            V("gqa 8:1", (c.Hkv = 1));
+            V("gqa 4:2", (c.H = 4, c.Hkv = 2));
+            V("transposed layout", (c.transposed = 1));
+            V("out fp32", (c.out_f32 = 1));
+            V("everything", (c.alibi = 1, c.sinks = 1, c.bias = 1, c.softcap = 10, c.dropout = 0.1f, c.Hkv = 2,
+                             c.causal = FA_CAUSAL_TOP_LEFT, c.window = 1, c.wl = 50));
+#undef V
+        }
+    for (int ti = 0; ti < 2; ti++) {
+        run_varlen(dts[ti], 11, 64, FA_CAUSAL_NONE);
+        run_varlen(dts[ti], 11, 128, FA_CAUSAL_BOTTOM_RIGHT);
+        run_varlen(dts[ti], 1, 128, FA_CAUSAL_TOP_LEFT);
+    }
+    static const int pages[] = { 0, 1, 7, 16, 256 };
+    for (int pi = 0; pi < 5; pi++) {
+        run_kvcache(FA_BF16, 3, 1, 0, pages[pi], 128, FA_CAUSAL_NONE, 8, 2);
+        run_kvcache(FA_F16, 3, 1, 1, pages[pi], 64, FA_CAUSAL_BOTTOM_RIGHT, 8, 8);
+        run_kvcache(FA_BF16, 2, 16, 16, pages[pi], 128, FA_CAUSAL_BOTTOM_RIGHT, 4, 1);
+        if (!quick) run_kvcache(FA_F16, 4, 150, 150, pages[pi], 256, FA_CAUSAL_BOTTOM_RIGHT, 2, 2);
+    }
+    for (int n = 1; n <= 7; n += quick ? 3 : 1) run_combine(FA_BF16, n);
+    run_dropout_mask();
+    printf("%d passed, %d failed\n", passes, fails);
+    fa_context_destroy(cu);
+    fa_context_destroy(ref);
+    return fails ? 1 : 0;
+}
