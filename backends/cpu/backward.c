@@ -1,0 +1,274 @@
+/* backward.c - the backward loop nest (recomputation), written once for every kernel set.
+ *
+ * Forward lines differentiated (per query i, key j; s = scale q.k, softcap, + bias, mask):
+ *   P = exp(S - lse)            ->  dS = P * (dP - D),  D = rowsum(dO * O)
+ *   O = (P * keep * ks) V       ->  dV += (P*keep*ks)^T dO ;  dP = (dO V^T) * keep * ks
+ *   S = cap tanh(s / cap)       ->  dS_pre = dS * (1 - tanh^2)
+ *   s = scale q.k               ->  dQ = scale dS K ;  dK = scale dS^T Q
+ *   lse includes exp(sink)      ->  dsinks[h] = -sum_i exp(sink - lse_i) D_i
+ *
+ *   phase 1  parallel over (b, h): D per row, dsink partial per (b, h)
+ *   phase 2  parallel over tasks (b, KV head, chunk c of KV tiles)   [dynamic]
+ *              for each KV tile of the chunk (K, V -> fp32 rows, dK, dV accumulators):
+ *                for each query head of the group, each Q block that sees the tile:
+ *                  S^T = K Q^T, P^T = exp(S^T - lse)          gemm_rowA, exp_sub
+ *                  dP^T = V dO^T                              gemm_rowA
+ *                  dV += P_drop^T dO                          gemm_rowA
+ *                  dS^T = P^T (dP^T - D)                      ds
+ *                  dK += dS^T Q                               gemm_rowA
+ *                  dQpart[c] += dS K                          gemm_colA
+ *              write dK (x scale), dV: each KV tile belongs to exactly one task.
+ *   phase 3  dQ = scale * sum_c dQpart[c] in fixed c order; dsinks summed in fixed b order.
+ * dQ strategy: one fp32 dQ partial per KV chunk, chunks fixed by shapes
+ *   (C = ceil(32 / (B*Hkv)) capped by 16 and the KV tile count), reduced in fixed order:
+ *   bitwise identical for any thread count, always (deterministic = 1 costs nothing),
+ *   with C * Sq * H * dqk * 4 bytes of scratch (O(S) per head).
+ */
+#include "config.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "scratch.h"
+
+#define CHUNK_TARGET 32
+#define Q_CACHE_MAX ((int64_t)64 << 20)   /* bytes per thread */
+
+int fa_cpu_bwd_chunks(const fa_problem *p, int bkv)
+{
+    int64_t bh = p->batch * p->hkv;
+    if (bh < 1) bh = 1;
+    int64_t c = (CHUNK_TARGET + bh - 1) / bh;
+    int64_t nkb = (p->max_sk + bkv - 1) / bkv;
+    if (c > nkb) c = nkb;
+    if (c > 16) c = 16;
+    return c < 1 ? 1 : (int)c;
+}
+
+typedef struct {
+    float *kc, *vc, *dk, *dv, *qt, *qc, *dot, *doc, *s, *dp, *pd, *t, *lse, *d, *row, *row2, *qcache;
+    unsigned char *qflag;
+    int64_t *hr, *ir, *idrop, *lo, *hi;
+} bwd_scratch;
+
+static const void *qptr(const fa_tensor *t, const fa_seq *s, int64_t i, int64_t h)
+{
+    return (const char *)t->data + fa_qrow(t, s, i, h) * (int64_t)fa_dtype_size(t->dtype);
+}
+
+fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
+{
+    const fa_cpu_kernels *K = ((const fa_cpu_state *)ctx->impl)->k;
+    int bq, bkv;
+    fa_cpu_tiles(ctx, 1, p->dqk, p->dv, &bq, &bkv, NULL, 0);
+    int C = fa_cpu_bwd_chunks(p, bkv);
+    int nt = fa_cpu_threads(ctx);
+    int64_t dqk = p->dqk, dv = p->dv;
+    int64_t ldq = fa_cpu_pad(bq), ldk = fa_cpu_pad(dqk), ldv = fa_cpu_pad(dv);
+    int64_t dmax = dqk > dv ? dqk : dv;
+    int64_t qrows = p->q.shape[0] * p->q.shape[1];          /* dense B*Sq, varlen total */
+    int64_t nlse = p->layout == FA_LAYOUT_VARLEN ? p->hq * p->q.shape[1]
+                                                 : p->batch * p->hq * p->q.shape[1];
+    int64_t ntask = p->batch * p->hkv * C;
+    int slow = fa_cpu_slow_scores(p);
+    int drop = p->dropout_p > 0.0f;
+
+    int64_t per = 2 * (int64_t)bkv * (ldk + ldv) + dqk * ldq + ldq * ldk + dv * ldq + ldq * ldv +
+                  4 * (int64_t)bkv * ldq + 2 * ldq + 2 * fa_cpu_pad(dmax) + 5 * ldq * 2;
+    per = fa_cpu_pad(per);
+    float *scr = fa_cpu_alloc(per * nt);
+    float *dqp = fa_cpu_alloc(C * qrows * p->hq * dqk);
+    float *D = fa_cpu_alloc(nlse);
+    float *dsp = fa_cpu_alloc(p->batch * p->hq);
+    /* per-thread Q-side cache of one (b, KV head): every Q block of every head in the
+       group, packed once per task instead of once per KV tile */
+    int64_t nqbmax = (p->max_sq + bq - 1) / bq;
+    int64_t qblk = dqk * ldq + ldq * ldk + dv * ldq + ldq * ldv + 2 * ldq;
+    int64_t qcper = fa_cpu_pad(nqbmax * p->group * qblk);
+    float *qcache = NULL;
+    unsigned char *qflags = NULL;
+    if (qcper * 4 <= Q_CACHE_MAX && nqbmax > 0) {
+        qcache = fa_cpu_alloc(qcper * nt);
+        qflags = (unsigned char *)calloc((size_t)(nqbmax * p->group * nt), 1);
+        if (!qcache || !qflags) { free(qcache); free(qflags); qcache = NULL; qflags = NULL; }
+    }
+    if (!scr || !dqp || !D || !dsp) {
+        free(qcache); free(qflags);
+        free(scr); free(dqp); free(D); free(dsp);
+        return fa_set_error(ctx, FA_ERR_NO_MEMORY, "fa_backward: cpu backend: cannot allocate scratch");
+    }
+
+#pragma omp parallel num_threads(nt)
+    {
+        bwd_scratch w;
+        float *base = scr + per * fa_cpu_tid();
+        w.kc = base; base += (int64_t)bkv * ldk;
+        w.vc = base; base += (int64_t)bkv * ldv;
+        w.dk = base; base += (int64_t)bkv * ldk;
+        w.dv = base; base += (int64_t)bkv * ldv;
+        w.qt = base; base += dqk * ldq;
+        w.qc = base; base += ldq * ldk;
+        w.dot = base; base += dv * ldq;
+        w.doc = base; base += ldq * ldv;
+        w.s = base; base += (int64_t)bkv * ldq;
+        w.dp = base; base += (int64_t)bkv * ldq;
+        w.pd = base; base += (int64_t)bkv * ldq;
+        w.t = base; base += (int64_t)bkv * ldq;
+        w.lse = base; base += ldq;
+        w.d = base; base += ldq;
+        w.row = base; base += fa_cpu_pad(dmax);
+        w.row2 = base; base += fa_cpu_pad(dmax);
+        int64_t *ib = (int64_t *)base;
+        w.hr = ib; w.ir = ib + ldq; w.idrop = ib + 2 * ldq; w.lo = ib + 3 * ldq; w.hi = ib + 4 * ldq;
+        w.qcache = qcache ? qcache + qcper * fa_cpu_tid() : NULL;
+        w.qflag = qflags ? qflags + nqbmax * p->group * fa_cpu_tid() : NULL;
+
+        /* phase 1: D = rowsum(dO * O); dsink partials */
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t bh = 0; bh < p->batch * p->hq; bh++) {
+            int64_t b = bh / p->hq, h = bh % p->hq;
+            fa_seq sq = fa_problem_seq(p, b);
+            float dsum = 0.0f;
+            for (int64_t i = 0; i < sq.sq; i++) {
+                K->cvt_in(w.row, qptr(&p->dout, &sq, i, h), dv, p->dout.dtype);
+                K->cvt_in(w.row2, qptr(&p->out, &sq, i, h), dv, p->out.dtype);
+                float acc = 0.0f;
+                for (int64_t c = 0; c < dv; c++) acc += w.row[c] * w.row2[c];
+                int64_t li = fa_lse_index(p, &sq, b, h, i);
+                D[li] = acc;
+                if (p->sinks && p->lse_in[li] != -INFINITY)
+                    dsum += -expf(p->sinks[h] - p->lse_in[li]) * acc;
+            }
+            dsp[bh] = dsum;
+        }
+
+        /* phase 2 */
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t t = 0; t < ntask; t++) {
+            int64_t b = t / (p->hkv * C), hk = (t / C) % p->hkv;
+            int c = (int)(t % C);
+            fa_seq sq = fa_problem_seq(p, b);
+            int64_t nkb = (sq.sk + bkv - 1) / bkv;
+            int64_t kb0 = nkb * c / C, kb1 = nkb * (c + 1) / C;
+            float *dqc = dqp + (int64_t)c * qrows * p->hq * dqk;
+            int64_t qbase = sq.tb * p->q.shape[1] + sq.q0;
+            if (qcache) memset(w.qflag, 0, (size_t)(nqbmax * p->group));
+            for (int64_t kb = kb0; kb < kb1; kb++) {
+                int64_t j0 = kb * bkv;
+                int nk = (int)(sq.sk - j0 < bkv ? sq.sk - j0 : bkv);
+                for (int j = 0; j < nk; j++) {
+                    K->cvt_in(w.kc + j * ldk, (const char *)p->k.data +
+                              fa_krow(p, &p->k, &sq, b, j0 + j, hk) * (int64_t)fa_dtype_size(p->k.dtype),
+                              dqk, p->k.dtype);
+                    K->cvt_in(w.vc + j * ldv, (const char *)p->v.data +
+                              fa_krow(p, &p->v, &sq, b, j0 + j, hk) * (int64_t)fa_dtype_size(p->v.dtype),
+                              dv, p->v.dtype);
+                }
+                memset(w.dk, 0, sizeof(float) * (size_t)(nk * ldk));
+                memset(w.dv, 0, sizeof(float) * (size_t)(nk * ldv));
+                for (int64_t h = hk * p->group; h < (hk + 1) * p->group; h++) {
+                    for (int64_t i0 = 0; i0 < sq.sq; i0 += bq) {
+                        int ni = (int)(sq.sq - i0 < bq ? sq.sq - i0 : bq);
+                        int64_t lo0, hi0, lo1, hi1;
+                        fa_visible_range(p, &sq, i0, &lo0, &hi0);
+                        fa_visible_range(p, &sq, i0 + ni - 1, &lo1, &hi1);
+                        if (lo0 >= j0 + nk || hi1 <= j0) continue;  /* no row sees the tile */
+                        int any = 0, full = 1;
+                        for (int r = 0; r < ni; r++) {
+                            int64_t i = i0 + r;
+                            w.hr[r] = h; w.ir[r] = i; w.idrop[r] = sq.drop_i0 + i;
+                            fa_visible_range(p, &sq, i, &w.lo[r], &w.hi[r]);
+                            if (w.lo[r] < j0 + nk && w.hi[r] > j0 && w.lo[r] < w.hi[r]) any = 1;
+                            if (w.lo[r] > j0 || w.hi[r] < j0 + nk) full = 0;
+                        }
+                        if (!any) continue;
+                        /* Q-side block: Q^T, Q, dO^T, dO, lse, D (cached per thread for the
+                           whole (b, KV head) when it fits, else packed here) */
+                        float *qt = w.qt, *qc = w.qc, *dot = w.dot, *doc = w.doc, *lsev = w.lse, *dd = w.d;
+                        int64_t qb = i0 / bq;
+                        unsigned char *flag = NULL;
+                        if (qcache) {
+                            float *blk = w.qcache + ((h - hk * p->group) * nqbmax + qb) * qblk;
+                            qt = blk; qc = qt + dqk * ldq; dot = qc + ldq * ldk; doc = dot + dv * ldq;
+                            lsev = doc + ldq * ldv; dd = lsev + ldq;
+                            flag = &w.qflag[(h - hk * p->group) * nqbmax + qb];
+                        }
+                        if (!flag || !*flag) {
+                            for (int r = 0; r < ni; r++) {
+                                int64_t i = i0 + r;
+                                K->cvt_in(qc + r * ldk, qptr(&p->q, &sq, i, h), dqk, p->q.dtype);
+                                K->cvt_in(doc + r * ldv, qptr(&p->dout, &sq, i, h), dv, p->dout.dtype);
+                                for (int64_t x = 0; x < dqk; x++) qt[x * ldq + r] = qc[r * ldk + x];
+                                for (int64_t x = 0; x < dv; x++) dot[x * ldq + r] = doc[r * ldv + x];
+                                int64_t li = fa_lse_index(p, &sq, b, h, i);
+                                float lv = p->lse_in[li];
+                                lsev[r] = lv == -INFINITY ? INFINITY : lv;
+                                dd[r] = D[li];
+                            }
+                            if (flag) *flag = 1;
+                        }
+                        K->gemm_rowA(nk, ni, (int)dqk, w.kc, ldk, qt, ldq, w.s, ldq, 0);
+                        if (slow)
+                            fa_cpu_score_pass(p, &sq, b, w.s, nk, ni, ldq, j0, w.hr, w.ir,
+                                              p->softcap > 0.0f ? w.t : NULL);
+                        if (!full) fa_cpu_mask_pass(w.s, nk, ni, ldq, j0, w.lo, w.hi);
+                        K->exp_sub(w.s, nk, ni, ldq, slow ? 1.0f : p->scale, lsev);
+                        K->gemm_rowA(nk, ni, (int)dv, w.vc, ldv, dot, ldq, w.dp, ldq, 0);
+                        const float *pv = w.s;
+                        if (drop) {
+                            for (int j = 0; j < nk; j++)
+                                memcpy(w.pd + j * ldq, w.s + j * ldq, sizeof(float) * (size_t)ni);
+                            fa_cpu_dropout_pass(p, b, nk, ni, ldq, j0, w.hr, w.idrop, w.pd, w.dp);
+                            pv = w.pd;
+                        }
+                        K->gemm_rowA(nk, (int)dv, ni, pv, ldq, doc, ldv, w.dv, ldv, 1);
+                        K->ds(w.dp, w.s, nk, ni, ldq, dd);
+                        if (p->softcap > 0.0f)
+                            for (int j = 0; j < nk; j++)
+                                for (int r = 0; r < ni; r++) {
+                                    float th = w.t[j * ldq + r];
+                                    w.dp[j * ldq + r] *= 1.0f - th * th;
+                                }
+                        K->gemm_rowA(nk, (int)dqk, ni, w.dp, ldq, qc, ldk, w.dk, ldk, 1);
+                        K->gemm_colA(ni, (int)dqk, nk, w.dp, ldq, w.kc, ldk,
+                                     dqc + ((qbase + i0) * p->hq + h) * dqk, p->hq * dqk, 1);
+                    }
+                }
+                for (int j = 0; j < nk; j++) {
+                    K->cvt_out((char *)p->grad_k.data + fa_krow(p, &p->grad_k, &sq, b, j0 + j, hk) *
+                               (int64_t)fa_dtype_size(p->grad_k.dtype), p->grad_k.dtype, w.dk + j * ldk, dqk, p->scale);
+                    K->cvt_out((char *)p->grad_v.data + fa_krow(p, &p->grad_v, &sq, b, j0 + j, hk) *
+                               (int64_t)fa_dtype_size(p->grad_v.dtype), p->grad_v.dtype, w.dv + j * ldv, dv, 1.0f);
+                }
+            }
+        }
+
+        /* phase 3: dQ = scale * sum_c partial_c, fixed order */
+#pragma omp for schedule(static)
+        for (int64_t bh = 0; bh < p->batch * p->hq; bh++) {
+            int64_t b = bh / p->hq, h = bh % p->hq;
+            fa_seq sq = fa_problem_seq(p, b);
+            int64_t qbase = sq.tb * p->q.shape[1] + sq.q0;
+            for (int64_t i = 0; i < sq.sq; i++) {
+                const float *src = dqp + ((qbase + i) * p->hq + h) * dqk;
+                if (C > 1) {
+                    memcpy(w.row, src, sizeof(float) * (size_t)dqk);
+                    for (int c = 1; c < C; c++) {
+                        const float *pc = src + (int64_t)c * qrows * p->hq * dqk;
+                        for (int64_t x = 0; x < dqk; x++) w.row[x] += pc[x];
+                    }
+                    src = w.row;
+                }
+                K->cvt_out((char *)p->grad_q.data + fa_qrow(&p->grad_q, &sq, i, h) *
+                           (int64_t)fa_dtype_size(p->grad_q.dtype), p->grad_q.dtype, src, dqk, p->scale);
+            }
+        }
+    }
+    if (p->dsinks)
+        for (int64_t h = 0; h < p->hq; h++) {
+            float s = 0.0f;
+            for (int64_t b = 0; b < p->batch; b++) s += dsp[b * p->hq + h];
+            p->dsinks[h] = s;
+        }
+    free(scr); free(dqp); free(D); free(dsp); free(qcache); free(qflags);
+    return FA_OK;
+}

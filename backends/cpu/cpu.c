@@ -1,0 +1,221 @@
+/* cpu.c - the CPU backend's vtable: picks a kernel set once per context from CPUID and
+ * XGETBV (capped by FA_CPU_ISA), describes itself, answers queries, and hands the work
+ * to the loop nests in forward.c / backward.c. */
+#include "config.h"
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cpu.h"
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#define FA_X86 1
+#endif
+
+static const char *isa_names[] = { "generic", "avx2", "avx512" };
+
+typedef struct { int avx2, avx512, avx512bf16, amd; const char *why2, *why512; } cpu_caps;
+
+#ifdef FA_X86
+static uint64_t xgetbv0(void)
+{
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+#endif
+
+static cpu_caps detect(void)
+{
+    cpu_caps c = { 0, 0, 0, 0, "not an x86 CPU", "not an x86 CPU" };
+#ifdef FA_X86
+    unsigned a, b, cx, d;
+    if (!__get_cpuid(0, &a, &b, &cx, &d)) return c;
+    c.amd = b == 0x68747541u && d == 0x69746e65u && cx == 0x444d4163u;   /* AuthenticAMD */
+    if (!__get_cpuid(1, &a, &b, &cx, &d)) return c;
+    int osxsave = (cx >> 27) & 1, avx = (cx >> 28) & 1, fma = (cx >> 12) & 1, f16c = (cx >> 29) & 1;
+    uint64_t xcr0 = osxsave ? xgetbv0() : 0;
+    unsigned b7 = 0, c7 = 0, d7 = 0, a7 = 0, a71 = 0, b71 = 0, c71 = 0, d71 = 0;
+    if (__get_cpuid_max(0, NULL) >= 7) {
+        __cpuid_count(7, 0, a7, b7, c7, d7);
+        if (a7 >= 1) __cpuid_count(7, 1, a71, b71, c71, d71);
+    }
+    int avx2 = (b7 >> 5) & 1;
+    int f = (b7 >> 16) & 1, dq = (b7 >> 17) & 1, bw = (b7 >> 30) & 1, vl = (b7 >> 31) & 1;
+    if (!avx || !avx2 || !fma || !f16c) c.why2 = "CPU lacks one of AVX, AVX2, FMA, F16C";
+    else if ((xcr0 & 0x6) != 0x6) c.why2 = "OS does not save YMM state (XGETBV)";
+    else { c.avx2 = 1; c.why2 = NULL; }
+    if (!f || !dq || !bw || !vl) c.why512 = "CPU lacks one of AVX512F/DQ/BW/VL";
+    else if (!c.avx2) c.why512 = "AVX2 set unavailable";
+    else if ((xcr0 & 0xe6) != 0xe6) c.why512 = "OS does not save ZMM/opmask state (XGETBV)";
+    else { c.avx512 = 1; c.why512 = NULL; c.avx512bf16 = (a71 >> 5) & 1; }
+#endif
+#ifndef FA_HAVE_AVX2
+    c.avx2 = 0; c.why2 = "not compiled in (configure found no AVX2 compiler support)";
+#endif
+#ifndef FA_HAVE_AVX512
+    c.avx512 = 0; c.why512 = "not compiled in (configure found no AVX-512 compiler support)";
+#endif
+    return c;
+}
+
+static const fa_cpu_kernels *kernels_for(fa_cpu_isa isa)
+{
+    switch (isa) {
+#ifdef FA_HAVE_AVX512
+    case FA_CPU_AVX512: return &fa_cpu_kernels_avx512;
+#endif
+#ifdef FA_HAVE_AVX2
+    case FA_CPU_AVX2: return &fa_cpu_kernels_avx2;
+#endif
+    default: return &fa_cpu_kernels_generic;
+    }
+}
+
+static fa_status cpu_init(fa_context *ctx)
+{
+    cpu_caps c = detect();
+    int cap = FA_CPU_AVX512;
+    const char *env = getenv("FA_CPU_ISA");
+    if (env && *env) {
+        if (!strcmp(env, "generic")) cap = FA_CPU_GENERIC;
+        else if (!strcmp(env, "avx2")) cap = FA_CPU_AVX2;
+        else if (!strcmp(env, "avx512")) cap = FA_CPU_AVX512;
+        else
+            return fa_set_error(ctx, FA_ERR_INVALID_ARG,
+                                "fa_context_create: FA_CPU_ISA='%s' is not generic, avx2 or avx512", env);
+        if ((cap == FA_CPU_AVX512 && !c.avx512) || (cap == FA_CPU_AVX2 && !c.avx2))
+            return fa_set_error(ctx, FA_ERR_UNSUPPORTED,
+                                "fa_context_create: FA_CPU_ISA=%s is unavailable: %s", env,
+                                cap == FA_CPU_AVX512 ? c.why512 : c.why2);
+    }
+    fa_cpu_isa isa = FA_CPU_GENERIC;
+    if (cap >= FA_CPU_AVX512 && c.avx512) isa = FA_CPU_AVX512;
+    else {
+        if (cap >= FA_CPU_AVX512)
+            fa_verbose(ctx, "cpu: kernel set avx512 rejected: %s", c.why512);
+        else
+            fa_verbose(ctx, "cpu: kernel set avx512 rejected: FA_CPU_ISA=%s caps the ISA", env);
+        if (cap >= FA_CPU_AVX2 && c.avx2) isa = FA_CPU_AVX2;
+        else if (cap >= FA_CPU_AVX2)
+            fa_verbose(ctx, "cpu: kernel set avx2 rejected: %s", c.why2);
+        else
+            fa_verbose(ctx, "cpu: kernel set avx2 rejected: FA_CPU_ISA=%s caps the ISA", env);
+    }
+    fa_cpu_state *st = (fa_cpu_state *)calloc(1, sizeof *st);
+    if (!st) return fa_set_error(ctx, FA_ERR_NO_MEMORY, "fa_context_create: cpu backend: out of memory");
+    st->isa = isa;
+    st->k = kernels_for(isa);
+    /* vdpbf16ps pays only where it issues at the FMA rate (AMD Zen 4/5: 2x the fp32
+       flops). On Intel Xeon (Sapphire/Emerald Rapids) it issues at a quarter of the FMA
+       rate, so 64-flop dot products give half the fp32 FMA flop rate (measured on the dev
+       machine: 82 vs 164 GF/s per core); there fp32 FMAs on converted bf16 are faster. */
+    const char *force = getenv("FA_CPU_BF16DOT");   /* 1: use it anyway (tests), 0: never */
+    int want = force && *force ? force[0] == '1' : c.amd;
+    st->bf16dot = isa == FA_CPU_AVX512 && c.avx512bf16 && want && st->k->gemm_bf16_rowA != NULL;
+    if (isa == FA_CPU_AVX512 && !st->bf16dot)
+        fa_verbose(ctx, "cpu: bf16 dot-product kernels rejected: %s",
+                   st->k->gemm_bf16_rowA == NULL ? "not compiled in" :
+                   !c.avx512bf16 ? "CPU lacks AVX512-BF16" :
+                   force && *force ? "FA_CPU_BF16DOT=0" : "vdpbf16ps issues at 1/4 of the FMA rate on this (non-AMD) CPU: fp32 FMAs are faster");
+    ctx->impl = st;
+    fa_verbose(ctx, "cpu: kernel set %s chosen (%s%s), %d threads", isa_names[isa],
+               isa == FA_CPU_AVX512 ? "CPUID+XGETBV: AVX512F/BW/VL/DQ" :
+               isa == FA_CPU_AVX2 ? "CPUID+XGETBV: AVX2/FMA/F16C" : "portable C",
+               isa == FA_CPU_AVX512 && c.avx512bf16 ? ", AVX512-BF16 present" : "",
+               fa_cpu_threads(ctx));
+    return FA_OK;
+}
+
+static void cpu_fini(fa_context *ctx)
+{
+    free(ctx->impl);
+    ctx->impl = NULL;
+}
+
+int fa_cpu_threads(const fa_context *ctx)
+{
+    if (ctx->threads > 0) return ctx->threads;
+    if (ctx->topo.cores > 0) return ctx->topo.cores;
+#ifdef _OPENMP
+    return omp_get_num_procs();
+#else
+    return 1;
+#endif
+}
+
+static void cpu_describe(const fa_context *ctx, char *buf, size_t len)
+{
+    const fa_cpu_state *st = (const fa_cpu_state *)ctx->impl;
+    char why[512];
+    fa_appendf(buf, len, "cpu backend: kernel set %s (register tile %d x %d)%s, FA_CPU_ISA caps it\n",
+               st->k->name, st->k->mr, st->k->nr,
+               st->bf16dot ? ", bf16 forward by AVX512-BF16 dot products" : "");
+    fa_appendf(buf, len, "caches per core: L1d %lld KiB, L2 %lld KiB, L3 %lld KiB shared%s; %d cores\n",
+               (long long)(ctx->topo.l1d >> 10), (long long)(ctx->topo.l2 >> 10),
+               (long long)(ctx->topo.l3 >> 10), ctx->topo.from_hwloc ? " (hwloc)" : " (guessed)",
+               ctx->topo.cores);
+    fa_cpu_tiles(ctx, 0, 128, 128, &(int){0}, &(int){0}, why, sizeof why);
+    fa_appendf(buf, len, "forward tiles (d=128 example, recomputed per call from dqk, dv): %s\n", why);
+    fa_cpu_tiles(ctx, 1, 128, 128, &(int){0}, &(int){0}, why, sizeof why);
+    fa_appendf(buf, len, "backward tiles (d=128 example): %s\n", why);
+    fa_appendf(buf, len, "threads: %d (%s); forward parallel over (batch, head, Q block[, KV split]),"
+               " backward over (batch, KV head, KV chunk); dQ: per-chunk fp32 partials reduced in"
+               " fixed order (bitwise reproducible across thread counts)\n",
+               fa_cpu_threads(ctx), ctx->threads > 0 ? "fa_context_set_threads" : "all cores");
+}
+
+/* Kernel names: static strings, [isa][bwd][dtype][variant]; variant bit 0: per-score
+   pipeline in scalar C (softcap/ALiBi/bias/negative scale), bit 1: split-KV (forward) */
+static char names[3][2][4][4][128];
+static pthread_once_t names_once = PTHREAD_ONCE_INIT;
+static void names_init(void)
+{
+    static const char *dt[] = { "fp32", "fp16 (converted, fp32 kernels)",
+                                "bf16 (converted, fp32 kernels)", "bf16 (vdpbf16ps dot products)" };
+    for (int i = 0; i < 3; i++)
+        for (int b = 0; b < 2; b++)
+            for (int t = 0; t < 4; t++)
+                for (int v = 0; v < 4; v++)
+                    snprintf(names[i][b][t][v], sizeof names[i][b][t][v], "cpu/%s %s %s%s%s",
+                             isa_names[i], dt[t], b ? "backward" : "forward",
+                             v & 2 ? ", split-kv" : "",
+                             v & 1 ? ", scalar score pipeline (softcap/alibi/bias; slower)" : "");
+}
+
+static fa_status cpu_query(fa_context *ctx, const fa_problem *p, int backward, const char **name)
+{
+    const fa_cpu_state *st = (const fa_cpu_state *)ctx->impl;
+    pthread_once(&names_once, names_init);
+    int v = 0;
+    if (p->softcap > 0.0f || p->alibi || p->has_bias || !(p->scale > 0.0f)) v |= 1;
+    if (!backward) {
+        int bq, bkv;
+        fa_cpu_tiles(ctx, 0, p->dqk, p->dv, &bq, &bkv, NULL, 0);
+        if (fa_cpu_fwd_splits(p, bq, bkv, NULL, NULL) > 1) v |= 2;
+    }
+    int t = p->q.dtype == FA_F16 ? 1 : p->q.dtype == FA_BF16 ? 2 : 0;
+    if (t == 2 && !backward && st->bf16dot) t = 3;
+    *name = names[st->isa][backward ? 1 : 0][t][v];
+    return FA_OK;
+}
+
+static fa_status cpu_set_threads(fa_context *ctx, int n) { (void)ctx; (void)n; return FA_OK; }
+
+static fa_status cpu_set_tiles(fa_context *ctx, int bq, int bkv)
+{
+    fa_cpu_state *st = (fa_cpu_state *)ctx->impl;
+    st->req_bq = bq;
+    st->req_bkv = bkv;
+    return FA_OK;
+}
+
+const fa_backend_ops fa_cpu_ops = {
+    .name = "cpu", .init = cpu_init, .fini = cpu_fini, .describe = cpu_describe,
+    .forward = fa_cpu_forward, .backward = fa_cpu_backward, .query = cpu_query,
+    .set_threads = cpu_set_threads, .set_tiles = cpu_set_tiles,
+    .device_memory = 0,   /* host pointers; kv_append and combine done by the api layer */
+};

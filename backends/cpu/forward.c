@@ -1,0 +1,379 @@
+/* forward.c - the forward loop nest, written once for every kernel set (kernels.h).
+ *
+ *   parallel over tasks = (Q block, KV split)        [OpenMP, dynamic, heaviest first]
+ *     Q block = Br rows of one head, or (decode, Sq < Br with GQA) the rows of several
+ *               query heads that share one KV head (so K/V tiles are read once for all)
+ *     pack Q^T [dqk][Br] fp32                        (L2, reused across the KV loop)
+ *     for each KV tile of Bc keys that some row sees (whole masked tiles skipped):
+ *       K, V tile -> fp32 rows [Bc][d]               (L2; V panel of NR columns in L1)
+ *       S^T = K Q^T                                  gemm_rowA
+ *       score pipeline (softcap, ALiBi, bias), mask  only when the call needs them
+ *       online softmax: m, l, alpha per query        softmax_fwd (vector exp)
+ *       dropout on P (keep_scale), l uses undropped P
+ *       O = alpha O + P V                             gemm_colA
+ *     out = O / l, lse = m + log l                    (split: partials merged as fa_combine)
+ *
+ * Shapes: q [.., Sq, H, dqk], k/v [.., Sk, Hkv, d], out [.., Sq, H, dv] (problem.h).
+ * Every decision (blocks, splits) depends on shapes and tiles only, so the result is
+ * bitwise identical for any thread count.
+ */
+#include "config.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "scratch.h"
+
+#define SPLIT_TARGET 32   /* split KV when fewer Q blocks than this (decode) */
+
+typedef struct { int64_t b, h0, nh, i0, ni; } fwd_block;   /* row r: h0 + r/ni, i0 + r%ni */
+
+static int64_t heads_per_block(const fa_problem *p, int64_t sq, int bq)
+{
+    if (sq >= bq || p->group == 1) return 1;
+    int64_t g = bq / (sq > 0 ? sq : 1);
+    if (g > p->group) g = p->group;
+    while (p->group % g) g--;          /* blocks never straddle two KV heads */
+    return g < 1 ? 1 : g;
+}
+
+static int64_t count_blocks(const fa_problem *p, int bq, fwd_block *out)
+{
+    int64_t n = 0;
+    for (int64_t b = 0; b < p->batch; b++) {
+        fa_seq s = fa_problem_seq(p, b);
+        if (s.sq <= 0) continue;
+        int64_t g = heads_per_block(p, s.sq, bq);
+        for (int64_t h = 0; h < p->hq; h += g)
+            for (int64_t i0 = 0; i0 < s.sq; i0 += bq) {
+                if (out) {
+                    fwd_block *f = &out[n];
+                    f->b = b; f->h0 = h; f->nh = g; f->i0 = i0;
+                    f->ni = s.sq - i0 < bq ? s.sq - i0 : bq;
+                }
+                n++;
+            }
+    }
+    return n;
+}
+
+int fa_cpu_fwd_splits(const fa_problem *p, int bq, int bkv, int64_t *rows, int64_t *hpb)
+{
+    int64_t nb = count_blocks(p, bq, NULL);
+    if (rows) *rows = p->max_sq < bq ? p->max_sq : bq;
+    if (hpb) *hpb = heads_per_block(p, p->max_sq, bq);
+    if (nb == 0 || nb >= SPLIT_TARGET || p->max_sk < 4 * (int64_t)bkv) return 1;
+    int64_t s = (SPLIT_TARGET + nb - 1) / nb;
+    int64_t maxs = p->max_sk / (2 * (int64_t)bkv);
+    if (s > maxs) s = maxs;
+    if (s > 16) s = 16;
+    return s < 1 ? 1 : (int)s;
+}
+
+typedef struct {
+    float *qt, *s, *kc, *vc, *o, *m, *l, *alpha, *row, *pp;
+    int64_t *hr, *ir, *idrop, *lo, *hi;
+    /* K/V cache: fp32 rows of the whole sequence of KV head (cb, chk), tile kb packed when
+       packed[kb]; kept across the consecutive tasks a thread gets from the dynamic
+       schedule (they share the head), so each K/V tile is converted and made
+       contiguous once per thread and head instead of once per Q block. NULL: per-tile. */
+    float *kall, *vall;
+    unsigned char *packed;
+    int64_t cb, chk;
+} fwd_scratch;
+
+/* Bytes of per-thread K/V cache; above this the per-tile path is used. */
+#define KV_CACHE_MAX ((int64_t)64 << 20)
+
+/* One task: rows of block f against KV tiles [kb0, kb1) of its sequence. Leaves the
+   unnormalised O, m, l in o/m/l (ldo = ldv). */
+static void fwd_task(const fa_context *ctx, const fa_problem *p, const fwd_block *f,
+                     int split, int nsplit, int bq, int bkv, fwd_scratch *w, float *o,
+                     float *m, float *l)
+{
+    const fa_cpu_kernels *K = ((const fa_cpu_state *)ctx->impl)->k;
+    fa_seq sq = fa_problem_seq(p, f->b);
+    int64_t dqk = p->dqk, dv = p->dv;
+    int64_t ldq = fa_cpu_pad(bq), ldk = fa_cpu_pad(dqk), ldv = fa_cpu_pad(dv);
+    int nr = (int)(f->nh * f->ni);
+    int64_t hk = f->h0 / p->group;
+    int slow = fa_cpu_slow_scores(p);
+
+    /* rows */
+    int64_t blo = INT64_MAX, bhi = INT64_MIN;
+    for (int r = 0; r < nr; r++) {
+        w->hr[r] = f->h0 + r / f->ni;
+        w->ir[r] = f->i0 + r % f->ni;
+        w->idrop[r] = sq.drop_i0 + w->ir[r];
+        fa_visible_range(p, &sq, w->ir[r], &w->lo[r], &w->hi[r]);
+        if (w->lo[r] < w->hi[r]) {
+            if (w->lo[r] < blo) blo = w->lo[r];
+            if (w->hi[r] > bhi) bhi = w->hi[r];
+        }
+    }
+    for (int r = 0; r < ldq; r++) {
+        int first = split == 0 && p->sinks && r < nr;
+        m[r] = first ? p->sinks[w->hr[r]] : -INFINITY;
+        l[r] = first ? 1.0f : 0.0f;
+    }
+    memset(o, 0, sizeof(float) * (size_t)(nr * ldv));
+
+    int64_t nkb = (sq.sk + bkv - 1) / bkv;
+    int64_t kb0 = nkb * split / nsplit, kb1 = nkb * (split + 1) / nsplit;
+    if (blo >= bhi) return;
+    if (kb0 < blo / bkv) kb0 = blo / bkv;
+    if (kb1 > (bhi + bkv - 1) / bkv) kb1 = (bhi + bkv - 1) / bkv;
+    if (kb0 >= kb1) return;
+
+    const fa_cpu_state *st = (const fa_cpu_state *)ctx->impl;
+    int bfp = st->bf16dot && p->q.dtype == FA_BF16 && p->k.dtype == FA_BF16 &&
+              p->v.dtype == FA_BF16;
+    int64_t dqp = (dqk + 1) / 2;
+    if (bfp) {
+        /* Q^T as bf16 pairs: word (c, r) = q[r][2c], q[r][2c+1] (0 past dqk) */
+        uint32_t *qp = (uint32_t *)w->qt;
+        for (int r = 0; r < nr; r++) {
+            const uint16_t *qr = (const uint16_t *)p->q.data + fa_qrow(&p->q, &sq, w->ir[r], w->hr[r]);
+            for (int64_t c = 0; c < dqp; c++) {
+                uint32_t lo = qr[2 * c], hi = 2 * c + 1 < dqk ? qr[2 * c + 1] : 0;
+                qp[c * ldq + r] = lo | (hi << 16);
+            }
+        }
+    }
+    /* Q^T [dqk][ldq] */
+    for (int r = 0; r < nr && !bfp; r++) {
+        K->cvt_in(w->row, (const char *)p->q.data +
+                  fa_qrow(&p->q, &sq, w->ir[r], w->hr[r]) * (int64_t)fa_dtype_size(p->q.dtype),
+                  dqk, p->q.dtype);
+        for (int64_t c = 0; c < dqk; c++) w->qt[c * ldq + r] = w->row[c];
+    }
+    size_t ksz = fa_dtype_size(p->k.dtype), vsz = fa_dtype_size(p->v.dtype);
+    float sc = slow ? 1.0f : p->scale;
+    for (int64_t kb = kb0; kb < kb1; kb++) {
+        int64_t j0 = kb * bkv;
+        int nk = (int)(sq.sk - j0 < bkv ? sq.sk - j0 : bkv);
+        float *kc = w->kc, *vc = w->vc;
+        if (w->kall) {
+            if (w->cb != f->b || w->chk != hk) {
+                memset(w->packed, 0, (size_t)nkb);
+                w->cb = f->b; w->chk = hk;
+            }
+            kc = bfp ? (float *)((uint16_t *)w->kall + j0 * ldk) : w->kall + j0 * ldk;
+            vc = bfp ? (float *)((uint16_t *)w->vall + j0 * ldv) : w->vall + j0 * ldv;
+        }
+        int vbad = 0;   /* V tile holds Inf/NaN: masked P = 0 must not multiply it */
+        if (!w->kall || !w->packed[kb]) {
+            if (bfp) {
+                /* K rows bf16 [j][ldk] (0 past dqk); V pairs [j/2][ldv][2] */
+                uint16_t *k16 = (uint16_t *)kc, *v16 = (uint16_t *)vc;
+                for (int j = 0; j < nk + (nk & 1); j++) {
+                    uint16_t *kr = k16 + j * ldk;
+                    uint16_t *vp = v16 + 2 * ((j / 2) * ldv) + (j & 1);
+                    if (j == nk) {
+                        for (int64_t c = 0; c < dv; c++) vp[2 * c] = 0;
+                        continue;
+                    }
+                    const uint16_t *ks = (const uint16_t *)p->k.data + fa_krow(p, &p->k, &sq, f->b, j0 + j, hk);
+                    const uint16_t *vs = (const uint16_t *)p->v.data + fa_krow(p, &p->v, &sq, f->b, j0 + j, hk);
+                    memcpy(kr, ks, sizeof(uint16_t) * (size_t)dqk);
+                    if (dqk & 1) kr[dqk] = 0;
+                    for (int64_t c = 0; c < dv; c++) {
+                        vp[2 * c] = vs[c];
+                        if ((vs[c] & 0x7f80u) == 0x7f80u) vbad = 1;
+                    }
+                }
+            } else {
+                for (int j = 0; j < nk; j++) {
+                    K->cvt_in(kc + j * ldk, (const char *)p->k.data +
+                              fa_krow(p, &p->k, &sq, f->b, j0 + j, hk) * (int64_t)ksz, dqk, p->k.dtype);
+                    K->cvt_in(vc + j * ldv, (const char *)p->v.data +
+                              fa_krow(p, &p->v, &sq, f->b, j0 + j, hk) * (int64_t)vsz, dv, p->v.dtype);
+                    float acc = 0.0f;
+                    for (int64_t c = 0; c < dv; c++) acc += vc[j * ldv + c] * 0.0f;
+                    if (acc != 0.0f) vbad = 1;    /* 0 * x is NaN exactly for Inf/NaN x */
+                }
+            }
+            if (w->kall) w->packed[kb] = (unsigned char)(1 + vbad);
+        } else {
+            vbad = w->packed[kb] == 2;
+        }
+        if (bfp)
+            K->gemm_bf16_rowA(nk, nr, (int)dqp, (const uint16_t *)kc, ldk,
+                              (const uint16_t *)w->qt, ldq, w->s, ldq, 0);
+        else
+            K->gemm_rowA(nk, nr, (int)dqk, kc, ldk, w->qt, ldq, w->s, ldq, 0);
+        if (slow)
+            fa_cpu_score_pass(p, &sq, f->b, w->s, nk, nr, ldq, j0, w->hr, w->ir, NULL);
+        int full = 1;
+        for (int r = 0; r < nr && full; r++)
+            if (w->lo[r] > j0 || w->hi[r] < j0 + nk) full = 0;
+        if (!full) fa_cpu_mask_pass(w->s, nk, nr, ldq, j0, w->lo, w->hi);
+        K->softmax_fwd(w->s, nk, nr, ldq, sc, m, l, w->alpha);
+        if (p->dropout_p > 0.0f)
+            fa_cpu_dropout_pass(p, f->b, nk, nr, ldq, j0, w->hr, w->idrop, w->s, NULL);
+        for (int r = 0; r < nr; r++) {
+            float a = w->alpha[r];
+            if (a != 1.0f) {
+                float *orow = o + r * ldv;
+                for (int64_t c = 0; c < dv; c++) orow[c] *= a;
+            }
+        }
+        if (bfp && (full || !vbad)) {
+            K->to_pairs((uint16_t *)w->pp, ldq, w->s, ldq, nk, nr);
+            K->gemm_bf16_colA(nr, (int)dv, (nk + 1) / 2, (const uint16_t *)w->pp, ldq,
+                              (const uint16_t *)vc, ldv, o, ldv, 1);
+        } else if (full || !vbad) {
+            K->gemm_colA(nr, (int)dv, nk, w->s, ldq, vc, ldv, o, ldv, 1);
+        } else {
+            /* rare: non-finite V in a partly masked tile; each row sums only its keys,
+               as the reference does, so NaN reaches exactly the rows that see it */
+            for (int r = 0; r < nr; r++) {
+                int64_t a = w->lo[r] > j0 ? w->lo[r] - j0 : 0;
+                int64_t e = w->hi[r] < j0 + nk ? w->hi[r] - j0 : nk;
+                float *orow = o + r * ldv;
+                for (int64_t j = a; j < e; j++) {
+                    float pj = w->s[j * ldq + r];
+                    if (bfp) {
+                        const uint16_t *vp = (const uint16_t *)vc + 2 * ((j / 2) * ldv) + (j & 1);
+                        for (int64_t c = 0; c < dv; c++) orow[c] += pj * fa_bf16_to_f32(vp[2 * c]);
+                    } else {
+                        const float *vr = vc + j * ldv;
+                        for (int64_t c = 0; c < dv; c++) orow[c] += pj * vr[c];
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* Write row r of a finished block: out = o / l, lse = m + log l. */
+static void fwd_store_row(const fa_context *ctx, const fa_problem *p, const fa_seq *sq,
+                          int64_t b, int64_t h, int64_t i, const float *orow, float m,
+                          float l, float *zero)
+{
+    const fa_cpu_kernels *K = ((const fa_cpu_state *)ctx->impl)->k;
+    void *dst = (char *)p->out.data + fa_qrow(&p->out, sq, i, h) * (int64_t)fa_dtype_size(p->out.dtype);
+    float lse;
+    if (l == 0.0f) {
+        K->cvt_out(dst, p->out.dtype, zero, p->dv, 1.0f);
+        lse = -INFINITY;
+    } else {
+        K->cvt_out(dst, p->out.dtype, orow, p->dv, 1.0f / l);
+        lse = m + logf(l);
+    }
+    if (p->lse) p->lse[fa_lse_index(p, sq, b, h, i)] = lse;
+}
+
+fa_status fa_cpu_forward(fa_context *ctx, const fa_problem *p)
+{
+    int bq, bkv;
+    fa_cpu_tiles(ctx, 0, p->dqk, p->dv, &bq, &bkv, NULL, 0);
+    int64_t nb = count_blocks(p, bq, NULL);
+    if (nb == 0) return FA_OK;
+    int nsplit = fa_cpu_fwd_splits(p, bq, bkv, NULL, NULL);
+    int nt = fa_cpu_threads(ctx);
+    int64_t ntask = nb * nsplit;
+    if (ntask < nt) nt = (int)ntask;
+    int64_t ldq = fa_cpu_pad(bq), ldk = fa_cpu_pad(p->dqk), ldv = fa_cpu_pad(p->dv);
+    int64_t dmax = p->dqk > p->dv ? p->dqk : p->dv;
+
+    fwd_block *blocks = (fwd_block *)malloc(sizeof(fwd_block) * (size_t)nb);
+    int64_t per = p->dqk * ldq + (int64_t)bkv * ldq + (int64_t)bkv * (ldk + ldv) + ldq * ldv +
+                  3 * ldq + fa_cpu_pad(dmax) + 5 * ldq * 2 + ((int64_t)bkv / 2 + 1) * ldq; /* int64 arrays as 2 floats; P pairs */
+    per = fa_cpu_pad(per);
+    float *scr = fa_cpu_alloc(per * nt);
+    int64_t nkbmax = (p->max_sk + bkv - 1) / bkv;
+    int64_t kvrows = nkbmax * bkv, kvper = kvrows * (ldk + ldv);
+    float *kvall = NULL;
+    unsigned char *packed = NULL;
+    if (kvper * 4 <= KV_CACHE_MAX && nkbmax > 0) {
+        kvall = fa_cpu_alloc(kvper * nt);
+        packed = (unsigned char *)calloc((size_t)(nkbmax * nt), 1);
+        if (!kvall || !packed) { free(kvall); free(packed); kvall = NULL; packed = NULL; }
+    }
+    float *parts = NULL, *zero = fa_cpu_alloc(fa_cpu_pad(p->dv));
+    int64_t partsz = ldq * ldv + 2 * ldq;
+    if (nsplit > 1) parts = fa_cpu_alloc(partsz * ntask);
+    if (!blocks || !scr || !zero || (nsplit > 1 && !parts)) {
+        free(blocks); free(scr); free(parts); free(zero);
+        return fa_set_error(ctx, FA_ERR_NO_MEMORY, "fa_forward: cpu backend: cannot allocate scratch");
+    }
+    count_blocks(p, bq, blocks);
+    int64_t per_head = ((p->max_sq + bq - 1) / bq) * nsplit;
+    int64_t chunk = ntask / (4 * (int64_t)nt);
+    if (chunk > per_head) chunk = per_head;
+    if (chunk < 1) chunk = 1;
+
+#pragma omp parallel num_threads(nt)
+    {
+        fwd_scratch w;
+        float *base = scr + per * fa_cpu_tid();
+        w.qt = base; base += p->dqk * ldq;
+        w.s = base; base += (int64_t)bkv * ldq;
+        w.kc = base; base += (int64_t)bkv * ldk;
+        w.vc = base; base += (int64_t)bkv * ldv;
+        w.o = base; base += ldq * ldv;
+        w.m = base; base += ldq;
+        w.l = base; base += ldq;
+        w.alpha = base; base += ldq;
+        w.row = base; base += fa_cpu_pad(dmax);
+        w.pp = base; base += ((int64_t)bkv / 2 + 1) * ldq;
+        int64_t *ib = (int64_t *)base;
+        w.hr = ib; w.ir = ib + ldq; w.idrop = ib + 2 * ldq; w.lo = ib + 3 * ldq; w.hi = ib + 4 * ldq;
+        w.kall = kvall ? kvall + kvper * fa_cpu_tid() : NULL;
+        w.vall = kvall ? w.kall + kvrows * ldk : NULL;
+        w.packed = packed ? packed + nkbmax * fa_cpu_tid() : NULL;
+        w.cb = -1; w.chk = -1;
+
+        /* Chunks of consecutive tasks (one head's Q blocks): each thread then converts a
+           head's K/V once instead of every thread converting every head (2 threads,
+           S=4096: 1.75x -> see bench/NOTES.md). Scheduling never changes the numbers. */
+#pragma omp for schedule(dynamic, chunk)
+        for (int64_t t = 0; t < ntask; t++) {
+            int64_t tt = ntask - 1 - t;               /* heaviest (last Q blocks) first */
+            const fwd_block *f = &blocks[tt / nsplit];
+            int split = (int)(tt % nsplit);
+            if (nsplit == 1) {
+                fwd_task(ctx, p, f, 0, 1, bq, bkv, &w, w.o, w.m, w.l);
+                fa_seq sq = fa_problem_seq(p, f->b);
+                for (int r = 0; r < f->nh * f->ni; r++)
+                    fwd_store_row(ctx, p, &sq, f->b, w.hr[r], w.ir[r], w.o + r * ldv, w.m[r],
+                                  w.l[r], zero);
+            } else {
+                float *pt = parts + partsz * tt;
+                fwd_task(ctx, p, f, split, nsplit, bq, bkv, &w, pt, pt + ldq * ldv,
+                         pt + ldq * ldv + ldq);
+            }
+        }
+        if (nsplit > 1) {
+            /* merge the splits of each block in fixed order: fa_combine's math */
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t bi = 0; bi < nb; bi++) {
+                const fwd_block *f = &blocks[bi];
+                fa_seq sq = fa_problem_seq(p, f->b);
+                for (int r = 0; r < f->nh * f->ni; r++) {
+                    float M = -INFINITY;
+                    for (int s = 0; s < nsplit; s++) {
+                        const float *pt = parts + partsz * (bi * nsplit + s);
+                        if (pt[ldq * ldv + ldq + r] != 0.0f && pt[ldq * ldv + r] > M)
+                            M = pt[ldq * ldv + r];
+                    }
+                    float L = 0.0f;
+                    memset(w.row, 0, sizeof(float) * (size_t)p->dv);
+                    for (int s = 0; s < nsplit; s++) {
+                        const float *pt = parts + partsz * (bi * nsplit + s);
+                        float ls = pt[ldq * ldv + ldq + r];
+                        if (ls == 0.0f) continue;
+                        float e = expf(pt[ldq * ldv + r] - M);
+                        L += ls * e;
+                        const float *orow = pt + r * ldv;
+                        for (int64_t c = 0; c < p->dv; c++) w.row[c] += e * orow[c];
+                    }
+                    fwd_store_row(ctx, p, &sq, f->b, f->h0 + r / f->ni, f->i0 + r % f->ni,
+                                  w.row, M, L, zero);
+                }
+            }
+        }
+    }
+    free(blocks); free(scr); free(parts); free(zero); free(kvall); free(packed);
+    return FA_OK;
+}

@@ -1,0 +1,88 @@
+/* kernels.h - the CPU micro-kernel contract: what each ISA file (generic, AVX2, AVX-512)
+ * implements, and nothing else. The loop nests (forward.c, backward.c) exist once and
+ * call these through a table chosen at context creation (cpu.c).
+ *
+ * Layout convention (all fp32, row-major, leading dimensions in elements):
+ *   S^T tiles are stored key-major: s[j * ld + i] is the score of query i and key j. The
+ *   softmax statistics of a query are then one vector lane across the key loop, and the
+ *   P^T tile is already the packed "A" operand of O += P V (MR queries contiguous per key).
+ *
+ * The two GEMM shapes (the only products flash attention needs, forward and backward):
+ *
+ *          k ->                      n ->                          n ->
+ *    m  +-------+            k  +-----------+                m  +-----------+
+ *    |  |   A   |   x        |  |     B     |  ldb    =      |  |  C (+)=   |  ldc
+ *    v  +-------+            v  +-----------+                v  +-----------+
+ *
+ *   gemm_rowA: A[m][k] = a[m * lda + k]   (K rows for S^T = K Q^T; P^T, dS^T rows for
+ *                                          dV = P^T dO, dK = dS^T Q; V rows for dP^T)
+ *   gemm_colA: A[m][k] = a[k * lda + m]   (P^T as A of O = P V; dS^T as A of dQ = dS K)
+ *   B[k][n] = b[k * ldb + n], C[m][n] = c[m * ldc + n]; acc = 0 overwrites C, 1 adds.
+ *
+ * Inside, each ISA blocks C into MR x NR register tiles (AVX-512 12 x 32, AVX2 6 x 16):
+ *
+ *        NR (2 vectors)
+ *      +----+----+      per k: 2 vector loads of B, MR broadcasts of A, 2*MR FMAs.
+ *   MR | c0 | c1 |      Loop order: NR-panel of B (stays in L1) outer, MR-block of A inner.
+ *      |....|....|      Edges: m < MR by a specialised kernel per m; n < NR by masked
+ *      +----+----+      loads and stores. Never reads B/C columns >= n nor A rows >= m.
+ *
+ * Softmax kernels work on S^T tiles of nk keys x nq queries; they may read and write
+ * columns up to round_up(nq, 16) (callers pad every tile, m, l, alpha, lse, D buffers to
+ * a multiple of 16 columns and keep the padding finite).
+ */
+#ifndef FA_CPU_KERNELS_H
+#define FA_CPU_KERNELS_H
+
+#include <stdint.h>
+#include "flashattn.h"
+
+#define FA_CPU_PAD 16      /* column padding of every tile (lanes of the widest ISA) */
+
+typedef void (*fa_cpu_gemm_fn)(int m, int n, int k, const float *a, int64_t lda,
+                               const float *b, int64_t ldb, float *c, int64_t ldc, int acc);
+
+typedef struct {
+    const char *name;      /* "generic", "avx2", "avx512"                                 */
+    int mr, nr;            /* register tile, for describe and the tile formula          */
+    fa_cpu_gemm_fn gemm_rowA, gemm_colA;
+    /* Forward online softmax over an S^T tile, per query i (column):
+     *   x = scale * s ; mx = max(m[i], max_j x) ; mu = mx or 0 when mx = -inf
+     *   s <- exp(x - mu) ; alpha[i] = exp(m[i] - mu) ; l[i] = l[i] * alpha[i] + sum_j s
+     *   m[i] = mx.   (masked scores are -inf on entry and give exactly 0) */
+    void (*softmax_fwd)(float *s, int nk, int nq, int64_t ld, float scale,
+                        float *m, float *l, float *alpha);
+    /* Backward: s <- exp(scale * s - lse[i]); lse[i] = +inf for rows with no key (P = 0). */
+    void (*exp_sub)(float *s, int nk, int nq, int64_t ld, float scale, const float *lse);
+    /* Backward: dp <- p * (dp - D[i]). */
+    void (*ds)(float *dp, const float *p, int nk, int nq, int64_t ld, const float *D);
+    /* Conversions of n contiguous elements: storage -> fp32, fp32 * mul -> storage
+       (round to nearest even, bitwise as dtype.h for finite values). */
+    void (*cvt_in)(float *dst, const void *src, int64_t n, fa_dtype t);
+    void (*cvt_out)(void *dst, fa_dtype t, const float *src, int64_t n, float mul);
+
+    /* Optional (NULL when absent): bf16 dot products (AVX512-BF16 vdpbf16ps), for bf16
+     * storage. Operands are bf16 "pairs": B[k][n] = b[2*((k/2)*ldb + n) + (k&1)], i.e.
+     * two consecutive k of one column share a 32-bit word; kp = number of k pairs.
+     *   gemm_bf16_rowA: A[m][k] = a[m*lda + k]          (bf16 K rows; lda even)
+     *   gemm_bf16_colA: A[m][k] = a[2*((k/2)*lda + m) + (k&1)]   (P^T pairs)
+     * C fp32 as above (acc = 0 overwrites). Products exact, sums fp32; bf16 denormals
+     * are read as 0 (vdpbf16ps). */
+    void (*gemm_bf16_rowA)(int m, int n, int kp, const uint16_t *a, int64_t lda,
+                           const uint16_t *b, int64_t ldb, float *c, int64_t ldc, int acc);
+    void (*gemm_bf16_colA)(int m, int n, int kp, const uint16_t *a, int64_t lda,
+                           const uint16_t *b, int64_t ldb, float *c, int64_t ldc, int acc);
+    /* fp32 rows src[k*lds + n] (k < nk, n < nn) -> bf16 pairs dst (ldd columns, round to
+       nearest even); k = nk when nk is odd is written as 0. */
+    void (*to_pairs)(uint16_t *dst, int64_t ldd, const float *src, int64_t lds, int nk, int nn);
+} fa_cpu_kernels;
+
+extern const fa_cpu_kernels fa_cpu_kernels_generic;
+#ifdef FA_HAVE_AVX2
+extern const fa_cpu_kernels fa_cpu_kernels_avx2;
+#endif
+#ifdef FA_HAVE_AVX512
+extern const fa_cpu_kernels fa_cpu_kernels_avx512;
+#endif
+
+#endif /* FA_CPU_KERNELS_H */

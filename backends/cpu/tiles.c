@@ -1,0 +1,59 @@
+/* tiles.c - tile sizes from the cache sizes hwloc reports (ctx->topo), one formula each,
+ * named after the memory level it targets:
+ *
+ *   Bc (keys per KV tile, "L1 panel"): the B panel of O += P V is Bc keys x NR columns of
+ *      V and is re-read for every MR-query block, so it must stay in L1 next to the
+ *      P^T column block it meets (Bc cache lines):
+ *          Bc * 4 * (NR + 16) <= L1d * 3/4   -> Bc = floor(L1d*3/4 / (4*(NR+16))), a
+ *      multiple of 16 in [32, 512]. (48 KiB L1, NR 32: Bc = 192.)
+ *   Br (query rows per Q block, "L2 block"): Q^T, the O accumulator, the S^T tile and
+ *      the K and V tiles are all touched once per KV tile and must stay in L2:
+ *          4 * (Br*(dqk + dv) + Bc*(dqk + dv) + Br*Bc) <= L2 / 2
+ *      -> Br = (L2/8 - Bc*(dqk+dv)) / (dqk + dv + Bc), a multiple of 16 in [16, 256];
+ *      K/V stream from L3 once per Q block, so Br sets the L3 traffic: measured (d=128,
+ *      S=2048, 1 thread) Br 128 -> 0.50 of FMA peak, Br 256 -> 0.71. Capped at 256.
+ *   Backward keeps twice as many row tiles live (K, V, dK, dV; Q, Q^T, dO, dO^T) and three
+ *      S-sized tiles (S/P, dP/dS, P_drop):
+ *          4 * (2*Br*(dqk+dv) + 2*Bc*(dqk+dv) + 3*Br*Bc) <= L2 / 2
+ */
+#include "config.h"
+#include <stdio.h>
+#include "cpu.h"
+
+static int clamp16(int64_t v, int lo, int hi)
+{
+    v = v / 16 * 16;
+    if (v < lo) v = lo;
+    if (v > hi) v = hi;
+    return (int)v;
+}
+
+void fa_cpu_tiles(const fa_context *ctx, int backward, int64_t dqk, int64_t dv,
+                  int *bq, int *bkv, char *why, size_t whylen)
+{
+    const fa_cpu_state *st = (const fa_cpu_state *)ctx->impl;
+    int64_t l1 = ctx->topo.l1d > 0 ? ctx->topo.l1d : 32768;
+    int64_t l2 = ctx->topo.l2 > 0 ? ctx->topo.l2 : 1048576;
+    int nr = st->k->nr > 1 ? st->k->nr : 32;
+    int64_t d = dqk + dv;
+    int bc = clamp16(l1 * 3 / 4 / (4 * (nr + 16)), 32, 512);
+    int64_t budget = l2 / 8;   /* floats in half of L2 */
+    int64_t mult = backward ? 2 : 1;
+    int64_t brn = (budget - mult * bc * d) / (mult * d + (backward ? 3 : 1) * bc);
+    int br = clamp16(brn, 16, 256);
+    int rq = st->req_bq > 0 ? st->req_bq : ctx->block_q, rk = st->req_bkv > 0 ? st->req_bkv : ctx->block_kv;
+    int fbq = rq > 0 ? (int)fa_cpu_pad(rq) : br;
+    int fbkv = rk > 0 ? (int)fa_cpu_pad(rk) : bc;
+    *bq = fbq;
+    *bkv = fbkv;
+    if (why && whylen) {
+        snprintf(why, whylen,
+                 "Bc = L1d*3/4 / (4*(NR+16)) = %lld*3/4 / (4*(%d+16)) -> %d; "
+                 "Br = (L2/8 - %s*Bc*(dqk+dv)) / (%s*(dqk+dv) + %s*Bc) with L2 = %lld, dqk+dv = %lld -> %d "
+                 "(multiple of 16 in [16, 256])%s; effective Br x Bc = %d x %d",
+                 (long long)l1, nr, bc, backward ? "2" : "1",
+                 backward ? "2" : "1", backward ? "3" : "1", (long long)l2, (long long)d, br,
+                 (rq > 0 || rk > 0) ? "; overridden by fa_context_set_tiles" : "",
+                 fbq, fbkv);
+    }
+}
