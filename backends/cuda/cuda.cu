@@ -9,7 +9,9 @@
  *   forward  cuda/sm80: FlashAttention-2 style, mma.sync m16n8k16 + ldmatrix + cp.async,
  *            tiles 128 x 64, 8 warps, head-dim classes 64/128/256 (forward_sm80.cuh);
  *            split-KV + combine when the grid would not fill the GPU (decode).
- *   backward not yet on the GPU: UNSUPPORTED with the reason (see NEEDS.md).
+ *   backward cuda/sm80: FlashAttention-2 style (backward_sm80.cuh): per 64 keys of a KV head,
+ *            loop over the query tiles of the group; dK/dV in registers, dQ by fp32 atomics
+ *            (deterministic=1: one launch per KV tile), pre/post kernels in backward_aux.cu.
  */
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
@@ -113,7 +115,11 @@ static void cuda_describe(const fa_context *ctx, char *buf, size_t len)
     H->appendf(buf, len,
                "split-kv: when batch*heads*ceil(Sq/128) < %d SMs (decode), keys are split over up to "
                "%d blocks and merged by the combine kernel\n", im->sms, FA_CU_MAX_PARTS);
-    H->appendf(buf, len, "backward: not implemented on the GPU yet (UNSUPPORTED)\n");
+    H->appendf(buf, len,
+               "backward: cuda/sm80 kernel (FlashAttention-2 style: one block per 64 keys of a KV head "
+               "looping over the 64-row query tiles of its query heads; dK, dV in registers, dQ added "
+               "atomically into an fp32 workspace; deterministic=1: one launch per KV tile), "
+               "D = rowsum(dO*O) and dQ conversion kernels, fp16/bf16, head-dim classes 64/128/256\n");
     H->appendf(buf, len, "stream: %p%s\n", (void *)im->stream, im->stream ? "" : " (default)");
 }
 
@@ -372,16 +378,111 @@ static fa_status cuda_forward(fa_context *ctx, const fa_problem *p)
     return FA_OK;
 }
 
+/* Can the backward kernels serve p? Fills the launch parameters (the forward's plan for
+   q, k, v, out and the options, then dout, the gradients and the grid). */
+static fa_status bwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_bwd *k, int *D, int64_t *blocks)
+{
+    cuda_impl *im = IMPL(ctx);
+    int64_t fb;
+    memset(k, 0, sizeof *k);
+    if (p->layout == FA_LAYOUT_KVCACHE)
+        return H->set_error(ctx, FA_ERR_UNSUPPORTED, "cuda: no backward for the KV-cache layout");
+    fa_status st = fwd_plan(ctx, p, &k->f, D, &fb);
+    if (st != FA_OK) return st;
+    if (fa_bwd_smem(*D) > im->smem_optin)
+        return H->set_error(ctx, FA_ERR_UNSUPPORTED,
+                            "cuda: the backward of head-dim class %d needs %d KiB shared memory per block "
+                            "(K, V, double-buffered Q, dO: 64 x %d each); %s allows %d KiB",
+                            *D, fa_bwd_smem(*D) / 1024, *D, im->name, im->smem_optin / 1024);
+    if (!aligned16(&p->dout))
+        return H->set_error(ctx, FA_ERR_UNSUPPORTED,
+                            "cuda: dout must be 16-byte aligned with strides multiples of 8 elements");
+    const fa_tensor *gs[2] = { &p->grad_k, &p->grad_v };
+    for (int i = 0; i < 2; i++) {
+        const fa_tensor *g = gs[i];
+        if ((uintptr_t)g->data % (g->dtype == FA_F32 ? 8 : 4) || g->stride[0] % 2 || g->stride[1] % 2 || g->stride[2] % 2)
+            return H->set_error(ctx, FA_ERR_UNSUPPORTED, "cuda: %s must be aligned to 2 elements with even strides",
+                                i ? "dv" : "dk");
+    }
+    fa_cu_fwd *f = &k->f;
+    f->lse = (float *)p->lse_in;
+    f->n_splits = 1;
+    k->dout = p->dout.data; k->do_sb = p->dout.stride[0]; k->do_ss = p->dout.stride[1]; k->do_sh = p->dout.stride[2];
+    k->dtype = (int)p->q.dtype;
+    k->dq = p->grad_q.data; k->dq_dtype = (int)p->grad_q.dtype;
+    k->dq_sb = p->grad_q.stride[0]; k->dq_ss = p->grad_q.stride[1]; k->dq_sh = p->grad_q.stride[2];
+    k->dk = p->grad_k.data; k->dk_dtype = (int)p->grad_k.dtype;
+    k->dk_sb = p->grad_k.stride[0]; k->dk_ss = p->grad_k.stride[1]; k->dk_sh = p->grad_k.stride[2];
+    k->dv = p->grad_v.data; k->dv_dtype = (int)p->grad_v.dtype;
+    k->dv_sb = p->grad_v.stride[0]; k->dv_ss = p->grad_v.stride[1]; k->dv_sh = p->grad_v.stride[2];
+    k->dsinks = p->dsinks;
+    k->max_sq = (int)p->max_sq;
+    k->n_blocks = (int)((p->max_sk + 63) / 64);
+    k->kv_tile = -1;
+    *blocks = p->batch * p->hkv * k->n_blocks;
+    snprintf(im->qname, sizeof im->qname, "cuda/sm80 bwd %s d%d 64x64%s", dtname(p->q.dtype), *D,
+             p->deterministic ? " deterministic" : "");
+    return FA_OK;
+}
+
 static fa_status cuda_backward(fa_context *ctx, const fa_problem *p)
 {
-    (void)p;
-    return H->set_error(ctx, FA_ERR_UNSUPPORTED,
-                        "cuda: the backward pass is not implemented on the GPU yet; use the cpu backend");
+    cuda_impl *im = IMPL(ctx);
+    fa_cu_bwd k;
+    int D;
+    int64_t blocks;
+    fa_status st = bwd_plan(ctx, p, &k, &D, &blocks);
+    if (st != FA_OK) return st;
+    if ((st = check_pointers(ctx, p)) != FA_OK) return st;
+#define CKP(ptr, nm) if ((st = check_ptr(ctx, ptr, nm)) != FA_OK) return st
+    CKP(p->dout.data, "dout.data"); CKP(p->grad_q.data, "dq.data"); CKP(p->grad_k.data, "dk.data");
+    CKP(p->grad_v.data, "dv.data"); CKP(p->lse_in, "lse"); CKP(p->dsinks, "dsinks");
+#undef CKP
+    cudaSetDevice(im->device);
+    if (im->debug && (st = debug_check(ctx, p)) != FA_OK) return st;
+    H->verbose(ctx, "cuda: backward %s (%lld blocks of %d threads, %d B shared memory)", im->qname,
+               (long long)blocks, D <= 64 ? 128 : 256, fa_bwd_smem(D));
+    if (p->batch == 0 || p->hq == 0) return FA_OK;
+    /* fp32 workspace: D_i and dQ, rows in the lse layout */
+    const int64_t rows = p->layout == FA_LAYOUT_VARLEN ? p->hq * p->q.shape[1] : p->batch * p->hq * p->q.shape[1];
+    void *ws = NULL;
+    cudaError_t e = cudaSuccess;
+    size_t bytes = (size_t)rows * (p->dqk + 1) * sizeof(float) + 16;
+    e = cudaMallocAsync(&ws, bytes, im->stream);
+    if (e != cudaSuccess) { cudaGetLastError(); return H->set_error(ctx, FA_ERR_NO_MEMORY, "cuda: backward workspace of %zu bytes: %s", bytes, cudaGetErrorString(e)); }
+    k.dq_acc = (float *)ws;
+    k.dsum = k.dq_acc + (size_t)rows * p->dqk;
+    e = fa_bwd_pre_launch(k, im->stream);
+    const bool bf = p->q.dtype == FA_BF16;
+    /* deterministic: one launch per KV tile, so that every dQ element gets at most one
+       atomic add per launch and the adds come in launch order */
+    const int nl = p->deterministic ? k.n_blocks : 1;
+    const int64_t lb = p->deterministic ? p->batch * p->hkv : blocks;
+    for (int t = 0; t < nl && e == cudaSuccess && lb > 0; t++) {
+        k.kv_tile = p->deterministic ? t : -1;
+        switch (D) {
+        case 64: e = bf ? fa_bwd_launch<__nv_bfloat16, 64>(k, lb, im->stream) : fa_bwd_launch<__half, 64>(k, lb, im->stream); break;
+        case 128: e = bf ? fa_bwd_launch<__nv_bfloat16, 128>(k, lb, im->stream) : fa_bwd_launch<__half, 128>(k, lb, im->stream); break;
+        default: e = bf ? fa_bwd_launch<__nv_bfloat16, 256>(k, lb, im->stream) : fa_bwd_launch<__half, 256>(k, lb, im->stream); break;
+        }
+    }
+    if (e == cudaSuccess) e = fa_bwd_post_launch(k, im->stream);
+    cudaFreeAsync(ws, im->stream);
+    if (e != cudaSuccess) { cudaGetLastError(); return cuda_err(ctx, e, "backward launch"); }
+    return FA_OK;
 }
 
 static fa_status cuda_query(fa_context *ctx, const fa_problem *p, int backward, const char **name)
 {
-    if (backward) return cuda_backward(ctx, p);
+    if (backward) {
+        fa_cu_bwd kb;
+        int Db;
+        int64_t bb;
+        fa_status sb = bwd_plan(ctx, p, &kb, &Db, &bb);
+        if (sb != FA_OK) return sb;
+        *name = IMPL(ctx)->qname;
+        return FA_OK;
+    }
     fa_cu_fwd k;
     int D;
     int64_t blocks;

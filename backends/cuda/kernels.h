@@ -16,6 +16,17 @@ template <typename T, int D> cudaError_t fa_fwd_launch(const fa_cu_fwd &p, int64
 /* Dynamic shared memory the forward kernel of class D needs (bytes). */
 static inline int fa_fwd_smem(int D) { return (128 * D + 4 * 64 * D) * 2; }
 
+/* backward_sm80_dNNN.cu: the dK/dV/dQ kernel of head-dim class D (one block = 64 keys of one
+   KV head, looping over the query tiles of every query head of its group). */
+template <typename T, int D> cudaError_t fa_bwd_launch(const fa_cu_bwd &p, int64_t blocks, cudaStream_t st);
+/* Dynamic shared memory of the backward kernel of class D: K, V tiles [64][D], Q and dO
+   tiles [64][D] double-buffered, dS [64][64], lse and D rows (2 x 2 x 64 floats). */
+static inline int fa_bwd_smem(int D) { return (2 * 64 * D + 4 * 64 * D + 64 * 64) * 2 + 4 * 64 * 4; }
+/* backward_aux.cu: D = rowsum(dO*O) and dq_acc = 0 (pre), dq = scale*dq_acc (post),
+   dsinks (fixed-order reduction: deterministic). */
+cudaError_t fa_bwd_pre_launch(const fa_cu_bwd &p, cudaStream_t st);
+cudaError_t fa_bwd_post_launch(const fa_cu_bwd &p, cudaStream_t st);
+
 cudaError_t fa_combine_launch(const fa_cu_combine &c, int sms, cudaStream_t st);
 cudaError_t fa_kv_append_launch(const fa_cu_fwd &p, const fa_cu_append &a, int es, int sms, cudaStream_t st);
 cudaError_t fa_probe(void);

@@ -32,6 +32,25 @@ typedef struct {
     float *o_part, *lse_part;        /* split-KV: [n_splits][B*H*Sq][dv], [n_splits][B*H*Sq] */
 } fa_cu_fwd;
 
+/* The backward: the forward's parameters (q, k, v, out = the forward's output O, lse = the
+   forward's lse, now an input) plus dO, the gradients and the fp32 workspaces. Rows of lse,
+   dsum and dq_acc are indexed like lse: (b*hq + h)*sq + i dense, h*total_q + q0 + i varlen. */
+typedef struct {
+    fa_cu_fwd f;
+    const void *dout; int64_t do_sb, do_ss, do_sh;
+    int dtype;                       /* storage dtype of q, k, v, dout (F16 or BF16)       */
+    void *dq, *dk, *dv; int dq_dtype, dk_dtype, dv_dtype;
+    int64_t dq_sb, dq_ss, dq_sh, dk_sb, dk_ss, dk_sh, dv_sb, dv_ss, dv_sh;
+    float *dsinks;                   /* [hq] or NULL                                       */
+    float *dsum;                     /* D_i = rowsum(dO_i * O_i), fp32, lse layout          */
+    float *dq_acc;                   /* fp32 [rows][dqk], atomically accumulated            */
+    int max_sq;                      /* longest query sequence (grid of the aux kernels)   */
+    int n_blocks;                    /* KV tiles of 64 keys per sequence (max_sk)           */
+    int kv_tile;                     /* -1: every KV tile in one launch; >= 0: this tile only
+                                        (deterministic mode: one launch per tile, so each dQ
+                                        element gets one atomic add per launch)            */
+} fa_cu_bwd;
+
 /* fa_combine and the split-KV merge: up to FA_CU_MAX_PARTS views, or n strided fp32
    parts at o_base + i*o_pstride (lse at lse_base + i*lse_pstride). */
 #define FA_CU_MAX_PARTS 32

@@ -1,7 +1,7 @@
 /* bench_gpu.c - the GPU sweep of PERFORMANCE.md on the CUDA backend: bf16 and fp16,
  * 16k tokens (B = 16384/S), hidden 2048 (H = 2048/d), d in {64,128,256},
- * S in {512..16k}, causal and not, forward and backward (backward: printed as n/a while
- * the backend answers UNSUPPORTED). CUDA events around each call, median of REPS after
+ * S in {512..16k}, causal and not, forward and backward (dout = q's buffer; out and lse
+ * from the forward). CUDA events around each call, median of REPS after
  * WARM warm-ups; inputs rotate over 2 sets (each tensor 64 MiB > the 60 MiB L2).
  * FLOPs = 4*B*H*S*S*d, halved for causal; backward 2.5x.
  * Output: CSV lines "ours,dir,dtype,d,S,causal,ms,tflops" on stdout.
@@ -30,6 +30,9 @@ int main(int argc, char **argv)
             if (cudaMalloc(&buf[s][i], bytes) != cudaSuccess) { fprintf(stderr, "cudaMalloc failed\n"); return 1; }
             cudaMemset(buf[s][i], 0x3c, bytes);   /* bf16/fp16 values near 1 (not zeros) */
         }
+    void *grad[3];
+    for (int i = 0; i < 3; i++)
+        if (cudaMalloc(&grad[i], bytes) != cudaSuccess) { fprintf(stderr, "cudaMalloc failed\n"); return 1; }
     float *lse[2];
     cudaMalloc((void **)&lse[0], tok * 256 * 4); cudaMalloc((void **)&lse[1], tok * 256 * 4);
     cudaEvent_t e0, e1;
@@ -65,10 +68,26 @@ int main(int argc, char **argv)
                         float m = ms[REPS / 2];
                         printf("ours,fwd,%s,%d,%d,%d,%.4f,%.1f\n", tn, d, S, c, m, fl / (m * 1e-3) / 1e12);
                     }
-                    /* backward: one call to learn whether it is served */
-                    fa_tensor q = fa_tensor_contiguous(buf[0][0], t, B, S, H, d);
-                    st = fa_backward(ctx, &q, &q, &q, NULL, &q, &q, &q, &q, &q, lse[0], &o);
-                    if (st != FA_OK) printf("ours,bwd,%s,%d,%d,%d,nan,nan\n", tn, d, S, c);
+                    /* backward: dout = q's buffer, out and lse from the forward of the same set */
+                    st = FA_OK;
+                    for (int r = 0; r < WARM + REPS && st == FA_OK; r++) {
+                        int s = r & 1;
+                        fa_tensor q = fa_tensor_contiguous(buf[s][0], t, B, S, H, d), k = fa_tensor_contiguous(buf[s][1], t, B, S, H, d);
+                        fa_tensor v = fa_tensor_contiguous(buf[s][2], t, B, S, H, d), out = fa_tensor_contiguous(buf[s][3], t, B, S, H, d);
+                        fa_tensor gq = fa_tensor_contiguous(grad[0], t, B, S, H, d), gk = fa_tensor_contiguous(grad[1], t, B, S, H, d);
+                        fa_tensor gv = fa_tensor_contiguous(grad[2], t, B, S, H, d);
+                        cudaEventRecord(e0, 0);
+                        st = fa_backward(ctx, &gq, &gk, &gv, NULL, &q, &q, &k, &v, &out, lse[s], &o);
+                        cudaEventRecord(e1, 0);
+                        cudaEventSynchronize(e1);
+                        if (r >= WARM) cudaEventElapsedTime(&ms[r - WARM], e0, e1);
+                    }
+                    if (st != FA_OK) { printf("ours,bwd,%s,%d,%d,%d,nan,nan\n", tn, d, S, c); fprintf(stderr, "bwd: %s\n", fa_last_error(ctx)); }
+                    else {
+                        qsort(ms, REPS, sizeof(float), cmpf);
+                        float m = ms[REPS / 2];
+                        printf("ours,bwd,%s,%d,%d,%d,%.4f,%.1f\n", tn, d, S, c, m, 2.5 * fl / (m * 1e-3) / 1e12);
+                    }
                     fflush(stdout);
                 }
     cudaError_t e = cudaDeviceSynchronize();

@@ -12,6 +12,10 @@
  * must stay untouched (varlen past cu_seqlens[batch]) untouched, the KV cache after the
  * append equal to the reference's, forward bitwise deterministic, the dropout keep-mask
  * identical to the CPU and reference backends, UNSUPPORTED / INVALID_ARG where documented.
+ * Backward: dq, dk, dv (fp16/bf16 or fp32) and dsinks against the reference backward given
+ * the same out (the reference forward's, fp32) and lse; tolerance 3x the forward's
+ * (3 * (2 eps max|ref| + 1e-5)), dsinks 1e-3 of max|dsinks|; rows past cu_seqlens untouched;
+ * deterministic=1 repeated bitwise; dropout against the reference's Philox mask.
  * Usage: test_cuda [quick]     (exit status 0 = all passed)
  */
 #include <math.h>
@@ -173,6 +177,174 @@ static void run_dense(const dcase *c)
     }
 done:
     fr(&q); fr(&k); fr(&v); fr(&o); fr(&l); fr(&al); fr(&sk); fr(&bi);
+}
+
+/* Compare a gradient (device result pulled into g->h, dtype g->t) with the f32 oracle:
+   3x the forward's tolerance. */
+static int cmp_grad(const char *name, const buf *g, const float *oracle, size_t n, fa_dtype in_t, double *errp)
+{
+    double mo = 0, err = 0;
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) if (fabs(oracle[i]) > mo) mo = fabs(oracle[i]);
+    for (size_t i = 0; i < n; i++) {
+        float x = fa_load(g->h, g->t, i);
+        if (isnan(x) && !isnan(oracle[i])) { bad = 1; continue; }
+        double e = fabs(x - oracle[i]);
+        if (e > err) err = e;
+    }
+    double eps = in_t == FA_BF16 ? 1.0 / 256 : 1.0 / 2048;
+    double tol = 3 * (2 * eps * mo + 1e-5);
+    int ok = !bad && err <= tol && guard_ok(g);
+    if (errp) *errp = err / (tol > 0 ? tol : 1);
+    if (!ok) printf("   %s: err %.3g tol %.3g max|ref| %.3g%s%s\n", name, err, tol, mo, bad ? " NaN" : "", guard_ok(g) ? "" : " guard");
+    return ok;
+}
+
+/* Backward: the reference forward gives out (fp32) and lse; both backends get the same
+   out, lse, dout and inputs; dq, dk, dv (and dsinks) compared with the reference's. det:
+   deterministic=1 and a second run must be bitwise equal. */
+static void run_backward(const dcase *c, int det)
+{
+    char name[200];
+    snprintf(name, sizeof name, "bwd %s %s B%d Sq%d Sk%d H%d/%d d%d/%d c%d%s", c->name, c->t == FA_BF16 ? "bf16" : "fp16",
+             c->B, c->Sq, c->Sk, c->H, c->Hkv, c->dqk, c->dv, (int)c->causal, det ? " det" : "");
+    buf q = mk((size_t)c->B * c->Sq * c->H * c->dqk, c->t, 2.0);
+    buf k = mk((size_t)c->B * c->Sk * c->Hkv * c->dqk, c->t, 2.0);
+    buf v = mk((size_t)c->B * c->Sk * c->Hkv * c->dv, c->t, 1.0);
+    buf dout = mk((size_t)c->B * c->Sq * c->H * c->dv, c->t, 1.0);
+    fa_dtype gt = c->out_f32 ? FA_F32 : c->t;
+    size_t nq = (size_t)c->B * c->Sq * c->H * c->dqk, nk = (size_t)c->B * c->Sk * c->Hkv * c->dqk;
+    size_t nv = (size_t)c->B * c->Sk * c->Hkv * c->dv, no = (size_t)c->B * c->Sq * c->H * c->dv, nl = (size_t)c->B * c->H * c->Sq;
+    buf o = mk_poison(no, FA_F32), l = mk_poison(nl, FA_F32);
+    buf dq = mk_poison(nq, gt), dk = mk_poison(nk, gt), dv = mk_poison(nv, gt), ds = mk_poison(c->H, FA_F32);
+    buf al = mk(c->H, FA_F32, 0.5), sk = mk(c->H, FA_F32, 2.0);
+    for (int h = 0; h < c->H; h++) ((float *)al.h)[h] = fabsf(((float *)al.h)[h]);
+    CK(cudaMemcpy(al.d, al.h, c->H * 4, cudaMemcpyHostToDevice));
+    buf bi = mk((size_t)c->Sq * c->Sk * c->H, FA_BF16, 1.0);
+    fa_tensor bt_h = fa_tensor_contiguous(bi.h, FA_BF16, c->B, c->Sq, c->H, c->Sk), bt_d;
+    bt_h.stride[0] = 0;
+    bt_d = bt_h; bt_d.data = bi.d;
+    fa_options o1 = {0};
+    o1.causal = c->causal; o1.window = c->window; o1.window_left = c->wl; o1.window_right = c->wr;
+    o1.softcap = c->softcap; o1.dropout_p = c->dropout; o1.seed = 42; o1.offset = 7; o1.deterministic = det;
+    fa_options od = o1, oh = o1;
+    if (c->alibi) { od.alibi_slopes = (float *)al.d; oh.alibi_slopes = (float *)al.h; }
+    if (c->sinks) { od.sinks = (float *)sk.d; oh.sinks = (float *)sk.h; }
+    if (c->bias) { od.bias = &bt_d; oh.bias = &bt_h; }
+    float *oref = malloc(no * 4 + 4), *lref = malloc(nl * 4 + 4);
+    float *gq = malloc(nq * 4 + 4), *gk = malloc(nk * 4 + 4), *gv = malloc(nv * 4 + 4), *gs = malloc(c->H * 4 + 4);
+    fa_tensor hq = view(q.h, c->t, c->B, c->Sq, c->H, c->dqk, c->transposed);
+    fa_tensor hk = view(k.h, c->t, c->B, c->Sk, c->Hkv, c->dqk, c->transposed);
+    fa_tensor hv = view(v.h, c->t, c->B, c->Sk, c->Hkv, c->dv, c->transposed);
+    fa_tensor hdo = view(dout.h, c->t, c->B, c->Sq, c->H, c->dv, c->transposed);
+    fa_tensor ho = view(oref, FA_F32, c->B, c->Sq, c->H, c->dv, 0);
+    fa_tensor hdq = view(gq, FA_F32, c->B, c->Sq, c->H, c->dqk, 0), hdk = view(gk, FA_F32, c->B, c->Sk, c->Hkv, c->dqk, 0);
+    fa_tensor hdv = view(gv, FA_F32, c->B, c->Sk, c->Hkv, c->dv, 0);
+    fa_status st = fa_forward(ref, &ho, lref, &hq, &hk, &hv, &oh);
+    if (st == FA_OK) st = fa_backward(ref, &hdq, &hdk, &hdv, c->sinks ? gs : NULL, &hdo, &hq, &hk, &hv, &ho, lref, &oh);
+    if (st != FA_OK) { result(name, 0, "reference status %d", (int)st); printf("   %s\n", fa_last_error(ref)); goto done; }
+    CK(cudaMemcpy(o.d, oref, no * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(l.d, lref, nl * 4, cudaMemcpyHostToDevice));
+    {
+        fa_tensor tq = view(q.d, c->t, c->B, c->Sq, c->H, c->dqk, c->transposed);
+        fa_tensor tk = view(k.d, c->t, c->B, c->Sk, c->Hkv, c->dqk, c->transposed);
+        fa_tensor tv = view(v.d, c->t, c->B, c->Sk, c->Hkv, c->dv, c->transposed);
+        fa_tensor tdo = view(dout.d, c->t, c->B, c->Sq, c->H, c->dv, c->transposed);
+        fa_tensor to = view(o.d, FA_F32, c->B, c->Sq, c->H, c->dv, 0);
+        fa_tensor tdq = view(dq.d, gt, c->B, c->Sq, c->H, c->dqk, 0), tdk = view(dk.d, gt, c->B, c->Sk, c->Hkv, c->dqk, 0);
+        fa_tensor tdv = view(dv.d, gt, c->B, c->Sk, c->Hkv, c->dv, 0);
+        st = fa_backward(cu, &tdq, &tdk, &tdv, c->sinks ? (float *)ds.d : NULL, &tdo, &tq, &tk, &tv, &to, (float *)l.d, &od);
+        CK(cudaDeviceSynchronize());
+        if (st != FA_OK) { result(name, 0, "status %d", (int)st); printf("   %s\n", fa_last_error(cu)); goto done; }
+        pull(&dq); pull(&dk); pull(&dv); pull(&ds);
+        double eq = 0, ek = 0, ev = 0, es = 0;
+        int ok = cmp_grad("dq", &dq, gq, nq, c->t, &eq) & cmp_grad("dk", &dk, gk, nk, c->t, &ek) & cmp_grad("dv", &dv, gv, nv, c->t, &ev);
+        if (c->sinks) {
+            double ms = 0;
+            for (int h = 0; h < c->H; h++) ms = fmax(ms, fabs(gs[h]));
+            for (int h = 0; h < c->H; h++) {
+                float x = ((float *)ds.h)[h];   /* fmax drops NaN: catch an unwritten (poisoned) dsinks */
+                es = fmax(es, isnan(x) ? INFINITY : fabs(x - gs[h]) / (1e-3 * ms + 1e-4));
+            }
+            if (!(es <= 1)) { ok = 0; printf("   dsinks err/tol %.3g\n", es); }
+        }
+        result(name, ok, "err/tol dq %.2f dk %.2f dv %.2f dsinks %.2f", eq, ek, ev, es);
+        if (det) {
+            buf dq2 = mk_poison(nq, gt), dk2 = mk_poison(nk, gt), dv2 = mk_poison(nv, gt);
+            tdq.data = dq2.d; tdk.data = dk2.d; tdv.data = dv2.d;
+            fa_backward(cu, &tdq, &tdk, &tdv, NULL, &tdo, &tq, &tk, &tv, &to, (float *)l.d, &od);
+            pull(&dq2); pull(&dk2); pull(&dv2);
+            char n2[240]; snprintf(n2, sizeof n2, "%s bitwise repeat", name);
+            result(n2, !memcmp(dq.h, dq2.h, nq * esz(gt)) && !memcmp(dk.h, dk2.h, nk * esz(gt)) && !memcmp(dv.h, dv2.h, nv * esz(gt)), "");
+            fr(&dq2); fr(&dk2); fr(&dv2);
+        }
+    }
+done:
+    free(oref); free(lref); free(gq); free(gk); free(gv); free(gs);
+    fr(&q); fr(&k); fr(&v); fr(&dout); fr(&o); fr(&l); fr(&dq); fr(&dk); fr(&dv); fr(&ds); fr(&al); fr(&sk); fr(&bi);
+}
+
+/* Varlen backward: sequences of random lengths, some empty; rows past cu_seqlens untouched. */
+static void run_varlen_bwd(fa_dtype t, int nseq, int d, fa_causal causal, int det)
+{
+    char name[128];
+    snprintf(name, sizeof name, "bwd varlen %s nseq%d d%d c%d%s", t == FA_BF16 ? "bf16" : "fp16", nseq, d, (int)causal, det ? " det" : "");
+    int32_t cq[64], ck[64];
+    cq[0] = ck[0] = 0;
+    int maxq = 0, maxk = 0;
+    for (int b = 0; b < nseq; b++) {
+        int lq = (b % 5 == 4 || b == nseq - 1) ? 0 : 1 + (int)((frand() + 1) * 120);
+        int lk = (b % 5 == 4 || b == nseq - 1) ? 0 : 1 + (int)((frand() + 1) * 150);
+        cq[b + 1] = cq[b] + lq; ck[b + 1] = ck[b] + lk;
+        if (lq > maxq) maxq = lq;
+        if (lk > maxk) maxk = lk;
+    }
+    int H = 4, Hkv = 2, TQ = cq[nseq] + 5, TK = ck[nseq] + 3;
+    buf q = mk((size_t)TQ * H * d, t, 2.0), k = mk((size_t)TK * Hkv * d, t, 2.0), v = mk((size_t)TK * Hkv * d, t, 1.0);
+    buf dout = mk((size_t)TQ * H * d, t, 1.0), o = mk_poison((size_t)TQ * H * d, FA_F32), l = mk_poison((size_t)H * TQ, FA_F32);
+    buf dq = mk_poison((size_t)TQ * H * d, t), dk = mk_poison((size_t)TK * Hkv * d, t), dv = mk_poison((size_t)TK * Hkv * d, t);
+    int32_t *dcq, *dck;
+    CK(cudaMalloc((void **)&dcq, 4 * (nseq + 1))); CK(cudaMalloc((void **)&dck, 4 * (nseq + 1)));
+    CK(cudaMemcpy(dcq, cq, 4 * (nseq + 1), cudaMemcpyHostToDevice)); CK(cudaMemcpy(dck, ck, 4 * (nseq + 1), cudaMemcpyHostToDevice));
+    fa_options op = {0};
+    op.causal = causal; op.deterministic = det;
+    size_t nqe = (size_t)TQ * H * d, nke = (size_t)TK * Hkv * d;
+    float *oref = calloc(nqe + 1, 4), *lref = calloc((size_t)H * TQ + 1, 4);
+    float *gq = calloc(nqe + 1, 4), *gk = calloc(nke + 1, 4), *gv = calloc(nke + 1, 4);
+    fa_tensor hq = fa_tensor_contiguous(q.h, t, 1, TQ, H, d), hk = fa_tensor_contiguous(k.h, t, 1, TK, Hkv, d);
+    fa_tensor hv = fa_tensor_contiguous(v.h, t, 1, TK, Hkv, d), ho = fa_tensor_contiguous(oref, FA_F32, 1, TQ, H, d);
+    fa_tensor hdo = fa_tensor_contiguous(dout.h, t, 1, TQ, H, d);
+    fa_tensor hdq = fa_tensor_contiguous(gq, FA_F32, 1, TQ, H, d), hdk = fa_tensor_contiguous(gk, FA_F32, 1, TK, Hkv, d);
+    fa_tensor hdv = fa_tensor_contiguous(gv, FA_F32, 1, TK, Hkv, d);
+    fa_status st = fa_forward_varlen(ref, &ho, lref, &hq, &hk, &hv, cq, ck, nseq, maxq, maxk, &op);
+    if (st == FA_OK) st = fa_backward_varlen(ref, &hdq, &hdk, &hdv, NULL, &hdo, &hq, &hk, &hv, &ho, lref, cq, ck, nseq, maxq, maxk, &op);
+    if (st != FA_OK) { result(name, 0, "reference status %d", (int)st); printf("   %s\n", fa_last_error(ref)); goto done; }
+    CK(cudaMemcpy(o.d, oref, nqe * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(l.d, lref, (size_t)H * TQ * 4, cudaMemcpyHostToDevice));
+    {
+        fa_tensor tq = fa_tensor_contiguous(q.d, t, 1, TQ, H, d), tk = fa_tensor_contiguous(k.d, t, 1, TK, Hkv, d);
+        fa_tensor tv = fa_tensor_contiguous(v.d, t, 1, TK, Hkv, d), to = fa_tensor_contiguous(o.d, FA_F32, 1, TQ, H, d);
+        fa_tensor tdo = fa_tensor_contiguous(dout.d, t, 1, TQ, H, d);
+        fa_tensor tdq = fa_tensor_contiguous(dq.d, t, 1, TQ, H, d), tdk = fa_tensor_contiguous(dk.d, t, 1, TK, Hkv, d);
+        fa_tensor tdv = fa_tensor_contiguous(dv.d, t, 1, TK, Hkv, d);
+        st = fa_backward_varlen(cu, &tdq, &tdk, &tdv, NULL, &tdo, &tq, &tk, &tv, &to, (float *)l.d, dcq, dck, nseq, maxq, maxk, &op);
+        CK(cudaDeviceSynchronize());
+        if (st != FA_OK) { result(name, 0, "status %d", (int)st); printf("   %s\n", fa_last_error(cu)); goto done; }
+        pull(&dq); pull(&dk); pull(&dv);
+        size_t vq = (size_t)cq[nseq] * H * d, vk = (size_t)ck[nseq] * Hkv * d;
+        int untouched = 1;
+        for (size_t i = vq * 2; i < nqe * 2; i++) if (((unsigned char *)dq.h)[i] != 0xff) untouched = 0;
+        for (size_t i = vk * 2; i < nke * 2; i++) if (((unsigned char *)dk.h)[i] != 0xff || ((unsigned char *)dv.h)[i] != 0xff) untouched = 0;
+        buf a = dq, b2 = dk, c2 = dv;
+        a.n = vq; b2.n = vk; c2.n = vk;
+        double eq = 0, ek = 0, ev = 0;
+        int ok = cmp_grad("dq", &a, gq, vq, t, &eq) & cmp_grad("dk", &b2, gk, vk, t, &ek) & cmp_grad("dv", &c2, gv, vk, t, &ev);
+        result(name, ok && untouched, "err/tol dq %.2f dk %.2f dv %.2f%s", eq, ek, ev, untouched ? "" : " rows past cu_seqlens written");
+    }
+done:
+    cudaFree(dcq); cudaFree(dck);
+    free(oref); free(lref); free(gq); free(gk); free(gv);
+    fr(&q); fr(&k); fr(&v); fr(&dout); fr(&o); fr(&l); fr(&dq); fr(&dk); fr(&dv);
 }
 
 /* Varlen: every 5th sequence and the last are empty; total_q tensor has 5 extra rows that
@@ -396,9 +568,12 @@ static void run_status_checks(void)
     printf("host pointer: %s: %s\n", fa_status_string(st), fa_last_error(cu));
     result("host pointer -> INVALID_ARG", st == FA_ERR_INVALID_ARG, "");
     float *lse; CK(cudaMalloc((void **)&lse, 4096));
-    st = fa_backward(cu, &tq, &tq, &tq, NULL, &tq, &tq, &tq, &tq, &tq, lse, NULL);
-    printf("backward: %s: %s\n", fa_status_string(st), fa_last_error(cu));
-    result("backward -> UNSUPPORTED (not implemented on the GPU)", st == FA_ERR_UNSUPPORTED, "");
+    st = fa_query_backward(cu, &kn, &tq, &tq, &tq, NULL, &tq, &tq, &tq, &tq, &tq, lse, NULL);
+    printf("query_backward: %s -> %s\n", fa_status_string(st), st == FA_OK ? kn : fa_last_error(cu));
+    result("query_backward names a kernel", st == FA_OK && kn && strstr(kn, "cuda/"), "");
+    st = fa_query_backward(cu, &kn, &d59, &d59, &d59, NULL, &o59, &d59, &d59, &d59, &o59, lse, NULL);
+    printf("backward d59: %s: %s\n", fa_status_string(st), fa_last_error(cu));
+    result("backward d=59 -> UNSUPPORTED with a reason", st == FA_ERR_UNSUPPORTED, "");
     result("set_threads -> UNSUPPORTED", fa_context_set_threads(cu, 4) == FA_ERR_UNSUPPORTED, "");
     cudaFree(lse);
     fr(&q); fr(&o);
@@ -466,6 +641,46 @@ int main(int argc, char **argv)
     }
     for (int n = 1; n <= 7; n += quick ? 3 : 1) run_combine(FA_BF16, n);
     run_dropout_mask();
+    /* backward */
+    static const int bpairs[][2] = { {1,1}, {1,239}, {239,1}, {113,203}, {128,217}, {256,512}, {512,256}, {300,100}, {0,5}, {5,0} };
+    static const int bdims[][2] = { {64,64}, {128,128}, {256,256}, {32,32}, {8,8}, {96,96}, {192,128}, {64,32}, {160,160} };
+    int nbp = sizeof bpairs / sizeof bpairs[0], nbd = sizeof bdims / sizeof bdims[0];
+    for (int di = 0; di < nbd; di++)
+        for (int pi = 0; pi < nbp; pi++)
+            for (int ci = 0; ci < 3; ci++) {
+                if (quick && (pi % 3 != 0 || di > 2)) continue;
+                if (di > 2 && (pi % 2 || ci == 2)) continue;
+                dcase c = { "dense", dts[(di + pi + ci) % 2], 2, bpairs[pi][0], bpairs[pi][1], 2, 2, bdims[di][0], bdims[di][1],
+                            (fa_causal)ci, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 };
+                run_backward(&c, 0);
+            }
+    for (int ti = 0; ti < 2; ti++)
+        for (int di = 0; di < 3; di++) {
+            int d = di == 0 ? 64 : di == 1 ? 128 : 256;
+            dcase base = { "", dts[ti], 2, 113, 203, 4, 4, d, d, FA_CAUSAL_NONE, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 };
+            dcase c;
+            if (quick && di == 2) continue;
+#define V(nm, det, stmt) do { c = base; c.name = nm; stmt; run_backward(&c, det); } while (0)
+            V("window both", 0, (c.window = 1, c.wl = 40, c.wr = 7));
+            V("window+causal", 0, (c.window = 1, c.wl = 40, c.wr = 7, c.causal = FA_CAUSAL_BOTTOM_RIGHT));
+            V("causal Sq>Sk (masked rows)", 0, (c.Sq = 300, c.Sk = 100, c.causal = FA_CAUSAL_BOTTOM_RIGHT));
+            V("softcap", 0, (c.softcap = 5.0f));
+            V("alibi", 0, (c.alibi = 1, c.causal = FA_CAUSAL_BOTTOM_RIGHT));
+            V("sinks+masked rows", 0, (c.sinks = 1, c.Sq = 300, c.Sk = 100, c.causal = FA_CAUSAL_BOTTOM_RIGHT));
+            V("bias", 0, (c.bias = 1));
+            V("dropout", 1, (c.dropout = 0.2f));
+            V("gqa 4:1", 0, (c.Hkv = 1));
+            V("transposed layout", 0, (c.transposed = 1));
+            V("grads fp32", 0, (c.out_f32 = 1));
+            V("deterministic", 1, (c.causal = FA_CAUSAL_BOTTOM_RIGHT, c.Hkv = 2, c.Sq = 300, c.Sk = 400));
+            V("everything", 1, (c.alibi = 1, c.sinks = 1, c.bias = 1, c.softcap = 10, c.dropout = 0.1f, c.Hkv = 2,
+                                c.causal = FA_CAUSAL_TOP_LEFT, c.window = 1, c.wl = 50));
+#undef V
+        }
+    for (int ti = 0; ti < 2; ti++) {
+        run_varlen_bwd(dts[ti], 9, 64, FA_CAUSAL_NONE, 0);
+        run_varlen_bwd(dts[ti], 9, 128, FA_CAUSAL_BOTTOM_RIGHT, ti);
+    }
     printf("%d passed, %d failed\n", passes, fails);
     fa_context_destroy(cu);
     fa_context_destroy(ref);
