@@ -47,8 +47,9 @@ static fa_status chk_tensor(fa_context *ctx, const char *fn, const char *name,
             BAD("%s: %s.stride[%d]=0 with shape[%d]=%lld: output elements would alias", fn,
                 name, d, d, (ll)t->shape[d]);
     if (numel > 0) {
-        int64_t bytes;
-        if (__builtin_mul_overflow(span + 1, (int64_t)fa_dtype_size(t->dtype), &bytes))
+        int64_t bytes, count;
+        if (__builtin_add_overflow(span, 1, &count) ||
+            __builtin_mul_overflow(count, (int64_t)fa_dtype_size(t->dtype), &bytes))
             BAD("%s: %s spans more bytes than fit in 64 bits", fn, name);
         /* fa_query and fa_query_backward describe a call without reading the data. */
         if (!t->data && strncmp(fn, "fa_query", 8) != 0) BAD("%s: %s.data is NULL", fn, name);
@@ -190,7 +191,8 @@ static void fill_sizes(fa_problem *p, const fa_tensor *q, const fa_tensor *k,
     p->batch = q->shape[0];
     p->hq = q->shape[2];
     p->hkv = k->shape[2];
-    p->group = p->hkv > 0 ? p->hq / p->hkv : 1;
+    /* hq = 0 with hkv > 0 is a valid empty problem; keep group >= 1 for the backends */
+    p->group = p->hkv > 0 && p->hq >= p->hkv ? p->hq / p->hkv : 1;
     p->dqk = q->shape[3];
     p->dv = v->shape[3];
     p->max_sq = q->shape[1];
@@ -352,11 +354,12 @@ fa_status fa_build_kvcache(fa_context *ctx, const char *fn, fa_problem *p,
     for (int64_t b = 0; b < (ctx->ops->device_memory ? 0 : B); b++) {
         int64_t len = cache_seqlens[b];
         if (len < 0) BAD("%s: cache_seqlens[%lld]=%lld is negative", fn, (ll)b, (ll)len);
-        if (len + s_new > capacity)
+        if (s_new > capacity || len > capacity - s_new)   /* len + s_new > capacity */
             BAD("%s: cache_seqlens[%lld]=%lld + S_new=%lld exceeds the cache capacity %lld",
                 fn, (ll)b, (ll)len, (ll)s_new, (ll)capacity);
         if (!block_table) continue;
-        int64_t used = (len + s_new + page_size - 1) / page_size;
+        int64_t total = len + s_new;                        /* <= capacity: no overflow */
+        int64_t used = total / page_size + (total % page_size != 0);
         for (int64_t g = 0; g < used; g++) {
             int64_t e = block_table[b * max_pages_per_seq + g];
             if (e < 0 || e >= num_pages)

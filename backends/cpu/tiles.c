@@ -20,6 +20,8 @@
 #include <stdio.h>
 #include "cpu.h"
 
+#define FA_CPU_TILE_MAX 1024   /* rows; cap of fa_context_set_tiles sizes */
+
 static int clamp16(int64_t v, int lo, int hi)
 {
     v = v / 16 * 16;
@@ -42,8 +44,11 @@ void fa_cpu_tiles(const fa_context *ctx, int backward, int64_t dqk, int64_t dv,
     int64_t brn = (budget - mult * bc * d) / (mult * d + (backward ? 3 : 1) * bc);
     int br = clamp16(brn, 16, 256);
     int rq = st->req_bq > 0 ? st->req_bq : ctx->block_q, rk = st->req_bkv > 0 ? st->req_bkv : ctx->block_kv;
-    int fbq = rq > 0 ? (int)fa_cpu_pad(rq) : br;
-    int fbkv = rk > 0 ? (int)fa_cpu_pad(rk) : bc;
+    /* Requested sizes are rounded up to the kernels' padding and capped at
+       FA_CPU_TILE_MAX: scratch is sized by the tiles, and a tile past a few thousand
+       rows only wastes memory (API.md item 13 lets backends round; describe says). */
+    int fbq = rq > 0 ? (int)fa_cpu_pad(rq < FA_CPU_TILE_MAX ? rq : FA_CPU_TILE_MAX) : br;
+    int fbkv = rk > 0 ? (int)fa_cpu_pad(rk < FA_CPU_TILE_MAX ? rk : FA_CPU_TILE_MAX) : bc;
     *bq = fbq;
     *bkv = fbkv;
     if (why && whylen) {
