@@ -160,6 +160,7 @@ typedef struct {
     int    repeats;                        /* most timed runs per measurement           */
     double budget;                         /* seconds per measurement                   */
     int    quick, full;
+    int    sweep_only;                     /* --sweep-only: the sweep runs only R->sh   */
     int    mode_ladder, mode_tiles, mode_seqlen, mode_sweep;
     int    csv_stdout;
     const char *out_dir;

@@ -57,6 +57,9 @@ static void usage(FILE *f)
 "                         S 512..8k, d 64/128, f32 and bf16, causal and not, forward and\n"
 "                         backward, 1 thread and all), decode (Sq=1, Sk 4k/16k, GQA 32:8)\n"
 "                         and a paged KV cache; takes long\n"
+"  --sweep-only           with --mode sweep: only the problem given by --dtype, --heads,\n"
+"                         --seqlen, --headdim and --causal, forward and backward, 1 thread\n"
+"                         and all (for side-by-side runs with bench/peers/torch_sdpa.py)\n"
 "\n"
 "Output:\n"
 "  --format table|csv     stdout: a summary table (default) or the CSV only\n"
@@ -145,7 +148,7 @@ static int parse_args(bench_run *R, int argc, char **argv)
 {
     enum { O_BACKEND = 256, O_ISA, O_DTYPE, O_BATCH, O_HEADS, O_SEQLEN, O_HEADDIM, O_CAUSAL,
            O_THREADS, O_TILES, O_REPEATS, O_QUICK, O_FULL, O_MODE, O_FORMAT, O_OUT, O_BUDGET,
-           O_MEMCAP, O_CHECK, O_HELP };
+           O_MEMCAP, O_CHECK, O_SWEEP_ONLY, O_HELP };
     static const struct option opts[] = {
         { "backend", 1, 0, O_BACKEND }, { "isa", 1, 0, O_ISA }, { "dtype", 1, 0, O_DTYPE },
         { "batch", 1, 0, O_BATCH }, { "heads", 1, 0, O_HEADS }, { "seqlen", 1, 0, O_SEQLEN },
@@ -154,7 +157,8 @@ static int parse_args(bench_run *R, int argc, char **argv)
         { "repeats", 1, 0, O_REPEATS }, { "quick", 0, 0, O_QUICK }, { "full", 0, 0, O_FULL },
         { "mode", 1, 0, O_MODE }, { "format", 1, 0, O_FORMAT }, { "out", 1, 0, O_OUT },
         { "budget", 1, 0, O_BUDGET }, { "mem-cap", 1, 0, O_MEMCAP },
-        { "check-rows", 1, 0, O_CHECK }, { "help", 0, 0, O_HELP }, { 0, 0, 0, 0 } };
+        { "check-rows", 1, 0, O_CHECK }, { "sweep-only", 0, 0, O_SWEEP_ONLY },
+        { "help", 0, 0, O_HELP }, { 0, 0, 0, 0 } };
     long a, b;
     int set_h = 0, set_s = 0, set_budget = 0;
     const char *mode = "all";
@@ -212,6 +216,7 @@ static int parse_args(bench_run *R, int argc, char **argv)
             break;
         case O_QUICK: R->quick = 1; break;
         case O_FULL: R->full = 1; break;
+        case O_SWEEP_ONLY: R->sweep_only = 1; break;
         case O_MODE:
             if (strcmp(v, "ladder") && strcmp(v, "tiles") && strcmp(v, "seqlen") &&
                 strcmp(v, "sweep") && strcmp(v, "all"))

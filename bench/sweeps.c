@@ -214,6 +214,7 @@ static const fa_dtype full_dt[] = { FA_F32, FA_BF16 };
 int sweep_count_full(const bench_run *R)
 {
     int nthr = R->nthreads_all > 1 ? 2 : 1;
+    if (R->sweep_only) return 2 * nthr;
     return NELEM(full_S) * NELEM(full_d) * NELEM(full_dt) * 2 * 2 * nthr + 3;
 }
 
@@ -252,6 +253,14 @@ void sweep_full(bench_run *R)
     if (!cpu_wanted(R)) return;
     int thr[2] = { 1, R->nthreads_all };
     int nthr = R->nthreads_all > 1 ? 2 : 1;
+    if (R->sweep_only) {   /* the one problem of the command line, fwd and bwd */
+        for (int t = 0; t < nthr; t++)
+            for (int bw = 0; bw < 2; bw++) {
+                double rate = 0;
+                full_point(R, &rs, label, &R->sh, bw, thr[t], &rate, "full");
+            }
+        return;
+    }
     for (int a = 0; a < NELEM(full_dt); a++)
         for (int b = 0; b < NELEM(full_d); b++)
             for (int c = 0; c < 2; c++)
