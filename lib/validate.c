@@ -191,8 +191,8 @@ static void fill_sizes(fa_problem *p, const fa_tensor *q, const fa_tensor *k,
     p->batch = q->shape[0];
     p->hq = q->shape[2];
     p->hkv = k->shape[2];
-    /* hq = 0 with hkv > 0 is a valid empty problem; keep group >= 1 for the backends */
-    p->group = p->hkv > 0 && p->hq >= p->hkv ? p->hq / p->hkv : 1;
+    /* 0 when hq = 0 < hkv: a valid empty problem (no query head reads any KV head) */
+    p->group = p->hkv > 0 ? p->hq / p->hkv : 1;
     p->dqk = q->shape[3];
     p->dv = v->shape[3];
     p->max_sq = q->shape[1];

@@ -2,6 +2,7 @@
  * XGETBV (capped by FA_CPU_ISA), describes itself, answers queries, and hands the work
  * to the loop nests in forward.c / backward.c. */
 #include "config.h"
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,10 +15,30 @@
 #include <cpuid.h>
 #define FA_X86 1
 #endif
+#if defined(FA_X86) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
-static const char *isa_names[] = { "generic", "avx2", "avx512" };
+static const char *isa_names[] = { "generic", "avx2", "avx512", "amx" };
 
-typedef struct { int avx2, avx512, avx512bf16, amd; const char *why2, *why512; } cpu_caps;
+typedef struct { int avx2, avx512, avx512bf16, amd, amx; const char *why2, *why512, *whyamx; } cpu_caps;
+
+/* Linux hands out the AMX tile data state (8 KiB of XSAVE area) only on request, once per
+   process, before the first tile instruction of any thread; otherwise that instruction
+   faults (SIGILL). */
+#define FA_ARCH_REQ_XCOMP_PERM 0x1023
+#define FA_XFEATURE_XTILEDATA 18
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+static int amx_perm_err = -1;   /* 0: granted, else errno */
+static void amx_request(void)
+{
+#if defined(FA_X86) && defined(__linux__) && defined(SYS_arch_prctl)
+    amx_perm_err = syscall(SYS_arch_prctl, FA_ARCH_REQ_XCOMP_PERM, FA_XFEATURE_XTILEDATA) == 0 ? 0 : errno;
+#else
+    amx_perm_err = ENOSYS;
+#endif
+}
 
 #ifdef FA_X86
 static uint64_t xgetbv0(void)
@@ -30,7 +51,7 @@ static uint64_t xgetbv0(void)
 
 static cpu_caps detect(void)
 {
-    cpu_caps c = { 0, 0, 0, 0, "not an x86 CPU", "not an x86 CPU" };
+    cpu_caps c = { 0, 0, 0, 0, 0, "not an x86 CPU", "not an x86 CPU", "not an x86 CPU" };
 #ifdef FA_X86
     unsigned a, b, cx, d;
     if (!__get_cpuid(0, &a, &b, &cx, &d)) return c;
@@ -52,12 +73,29 @@ static cpu_caps detect(void)
     else if (!c.avx2) c.why512 = "AVX2 set unavailable";
     else if ((xcr0 & 0xe6) != 0xe6) c.why512 = "OS does not save ZMM/opmask state (XGETBV)";
     else { c.avx512 = 1; c.why512 = NULL; c.avx512bf16 = (a71 >> 5) & 1; }
+    int amxbf16 = (d7 >> 22) & 1, amxtile = (d7 >> 24) & 1;
+    if (!amxbf16 || !amxtile) c.whyamx = "CPU lacks AMX-BF16/AMX-TILE";
+    else if (!c.avx512 || !c.avx512bf16) c.whyamx = "AVX-512 set or AVX512-BF16 unavailable";
+    else if ((xcr0 & 0x60000) != 0x60000) c.whyamx = "OS does not enable tile state (XGETBV XTILECFG/XTILEDATA)";
+    else {
+        static char why[96];
+        pthread_once(&amx_once, amx_request);
+        if (amx_perm_err == 0) { c.amx = 1; c.whyamx = NULL; }
+        else {
+            snprintf(why, sizeof why, "arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA) failed: %s",
+                     strerror(amx_perm_err));
+            c.whyamx = why;
+        }
+    }
 #endif
 #ifndef FA_HAVE_AVX2
     c.avx2 = 0; c.why2 = "not compiled in (configure found no AVX2 compiler support)";
 #endif
 #ifndef FA_HAVE_AVX512
     c.avx512 = 0; c.why512 = "not compiled in (configure found no AVX-512 compiler support)";
+#endif
+#ifndef FA_HAVE_AMX
+    c.amx = 0; c.whyamx = "not compiled in (no AMX compiler support)";
 #endif
     return c;
 }
@@ -66,6 +104,7 @@ static const fa_cpu_kernels *kernels_for(fa_cpu_isa isa)
 {
     switch (isa) {
 #ifdef FA_HAVE_AVX512
+    case FA_CPU_AMX:
     case FA_CPU_AVX512: return &fa_cpu_kernels_avx512;
 #endif
 #ifdef FA_HAVE_AVX2
@@ -78,23 +117,29 @@ static const fa_cpu_kernels *kernels_for(fa_cpu_isa isa)
 static fa_status cpu_init(fa_context *ctx)
 {
     cpu_caps c = detect();
-    int cap = FA_CPU_AVX512;
+    int cap = FA_CPU_AMX;
     const char *env = getenv("FA_CPU_ISA");
     if (env && *env) {
         if (!strcmp(env, "generic")) cap = FA_CPU_GENERIC;
         else if (!strcmp(env, "avx2")) cap = FA_CPU_AVX2;
         else if (!strcmp(env, "avx512")) cap = FA_CPU_AVX512;
+        else if (!strcmp(env, "amx")) cap = FA_CPU_AMX;
         else
             return fa_set_error(ctx, FA_ERR_INVALID_ARG,
-                                "fa_context_create: FA_CPU_ISA='%s' is not generic, avx2 or avx512", env);
-        if ((cap == FA_CPU_AVX512 && !c.avx512) || (cap == FA_CPU_AVX2 && !c.avx2))
+                                "fa_context_create: FA_CPU_ISA='%s' is not generic, avx2, avx512 or amx", env);
+        if ((cap == FA_CPU_AMX && !c.amx) || (cap == FA_CPU_AVX512 && !c.avx512) ||
+            (cap == FA_CPU_AVX2 && !c.avx2))
             return fa_set_error(ctx, FA_ERR_UNSUPPORTED,
                                 "fa_context_create: FA_CPU_ISA=%s is unavailable: %s", env,
-                                cap == FA_CPU_AVX512 ? c.why512 : c.why2);
+                                cap == FA_CPU_AMX ? c.whyamx : cap == FA_CPU_AVX512 ? c.why512 : c.why2);
     }
     fa_cpu_isa isa = FA_CPU_GENERIC;
-    if (cap >= FA_CPU_AVX512 && c.avx512) isa = FA_CPU_AVX512;
-    else {
+    if (cap >= FA_CPU_AMX && c.amx) isa = FA_CPU_AMX;
+    else if (cap >= FA_CPU_AVX512 && c.avx512) {
+        isa = FA_CPU_AVX512;
+        fa_verbose(ctx, "cpu: kernel set amx rejected: %s",
+                   cap >= FA_CPU_AMX ? c.whyamx : "FA_CPU_ISA caps the ISA");
+    } else {
         if (cap >= FA_CPU_AVX512)
             fa_verbose(ctx, "cpu: kernel set avx512 rejected: %s", c.why512);
         else
@@ -109,13 +154,18 @@ static fa_status cpu_init(fa_context *ctx)
     if (!st) return fa_set_error(ctx, FA_ERR_NO_MEMORY, "fa_context_create: cpu backend: out of memory");
     st->isa = isa;
     st->k = kernels_for(isa);
+#ifdef FA_HAVE_AMX
+    st->amx = isa == FA_CPU_AMX ? &fa_cpu_kernels_amx : NULL;
+#else
+    st->amx = NULL;
+#endif
     /* vdpbf16ps pays only where it issues at the FMA rate (AMD Zen 4/5: 2x the fp32
        flops). On Intel Xeon (Sapphire/Emerald Rapids) it issues at a quarter of the FMA
        rate, so 64-flop dot products give half the fp32 FMA flop rate (measured on the dev
        machine: 82 vs 164 GF/s per core); there fp32 FMAs on converted bf16 are faster. */
     const char *force = getenv("FA_CPU_BF16DOT");   /* 1: use it anyway (tests), 0: never */
     int want = force && *force ? force[0] == '1' : c.amd;
-    st->bf16dot = isa == FA_CPU_AVX512 && c.avx512bf16 && want && st->k->gemm_bf16_rowA != NULL;
+    st->bf16dot = isa >= FA_CPU_AVX512 && c.avx512bf16 && want && st->k->gemm_bf16_rowA != NULL;
     if (isa == FA_CPU_AVX512 && !st->bf16dot)
         fa_verbose(ctx, "cpu: bf16 dot-product kernels rejected: %s",
                    st->k->gemm_bf16_rowA == NULL ? "not compiled in" :
@@ -123,9 +173,10 @@ static fa_status cpu_init(fa_context *ctx)
                    force && *force ? "FA_CPU_BF16DOT=0" : "vdpbf16ps issues at 1/4 of the FMA rate on this (non-AMD) CPU: fp32 FMAs are faster");
     ctx->impl = st;
     fa_verbose(ctx, "cpu: kernel set %s chosen (%s%s), %d threads", isa_names[isa],
+               isa == FA_CPU_AMX ? "CPUID+XGETBV+arch_prctl: AMX-BF16/AMX-TILE for bf16, AVX512F/BW/VL/DQ otherwise" :
                isa == FA_CPU_AVX512 ? "CPUID+XGETBV: AVX512F/BW/VL/DQ" :
                isa == FA_CPU_AVX2 ? "CPUID+XGETBV: AVX2/FMA/F16C" : "portable C",
-               isa == FA_CPU_AVX512 && c.avx512bf16 ? ", AVX512-BF16 present" : "",
+               isa >= FA_CPU_AVX512 && c.avx512bf16 ? ", AVX512-BF16 present" : "",
                fa_cpu_threads(ctx));
     return FA_OK;
 }
@@ -153,7 +204,8 @@ static void cpu_describe(const fa_context *ctx, char *buf, size_t len)
     char why[512];
     fa_appendf(buf, len, "cpu backend: kernel set %s (register tile %d x %d)%s, FA_CPU_ISA caps it\n",
                st->k->name, st->k->mr, st->k->nr,
-               st->bf16dot ? ", bf16 forward by AVX512-BF16 dot products" : "");
+               st->amx ? ", bf16 forward by AMX tiles (TDPBF16PS, 16x16 fp32 C tiles, 2x2 blocks)"
+               : st->bf16dot ? ", bf16 forward by AVX512-BF16 dot products" : "");
     fa_appendf(buf, len, "caches per core: L1d %lld KiB, L2 %lld KiB, L3 %lld KiB shared%s; %d cores\n",
                (long long)(ctx->topo.l1d >> 10), (long long)(ctx->topo.l2 >> 10),
                (long long)(ctx->topo.l3 >> 10), ctx->topo.from_hwloc ? " (hwloc)" : " (guessed)",
@@ -170,15 +222,16 @@ static void cpu_describe(const fa_context *ctx, char *buf, size_t len)
 
 /* Kernel names: static strings, [isa][bwd][dtype][variant]; variant bit 0: per-score
    pipeline in scalar C (softcap/ALiBi/bias/negative scale), bit 1: split-KV (forward) */
-static char names[3][2][4][4][128];
+static char names[4][2][5][4][128];
 static pthread_once_t names_once = PTHREAD_ONCE_INIT;
 static void names_init(void)
 {
     static const char *dt[] = { "fp32", "fp16 (converted, fp32 kernels)",
-                                "bf16 (converted, fp32 kernels)", "bf16 (vdpbf16ps dot products)" };
-    for (int i = 0; i < 3; i++)
+                                "bf16 (converted, fp32 kernels)", "bf16 (vdpbf16ps dot products)",
+                                "bf16 (AMX tiles, fp32 accumulation)" };
+    for (int i = 0; i < 4; i++)
         for (int b = 0; b < 2; b++)
-            for (int t = 0; t < 4; t++)
+            for (int t = 0; t < 5; t++)
                 for (int v = 0; v < 4; v++)
                     snprintf(names[i][b][t][v], sizeof names[i][b][t][v], "cpu/%s %s %s%s%s",
                              isa_names[i], dt[t], b ? "backward" : "forward",
@@ -198,8 +251,13 @@ static fa_status cpu_query(fa_context *ctx, const fa_problem *p, int backward, c
         if (fa_cpu_fwd_splits(p, bq, bkv, NULL, NULL) > 1) v |= 2;
     }
     int t = p->q.dtype == FA_F16 ? 1 : p->q.dtype == FA_BF16 ? 2 : 0;
-    if (t == 2 && !backward && st->bf16dot) t = 3;
-    *name = names[st->isa][backward ? 1 : 0][t][v];
+    /* the amx set runs only the bf16 forward on tiles; other calls name the avx512 kernels */
+    int isa = st->isa == FA_CPU_AMX ? FA_CPU_AVX512 : st->isa;
+    if (t == 2 && !backward && st->amx && p->k.dtype == FA_BF16 && p->v.dtype == FA_BF16) {
+        t = 4;
+        isa = FA_CPU_AMX;
+    } else if (t == 2 && !backward && st->bf16dot) t = 3;
+    *name = names[isa][backward ? 1 : 0][t][v];
     return FA_OK;
 }
 

@@ -6,13 +6,14 @@
 #include "backend.h"
 #include "kernels.h"
 
-typedef enum { FA_CPU_GENERIC = 0, FA_CPU_AVX2, FA_CPU_AVX512 } fa_cpu_isa;
+typedef enum { FA_CPU_GENERIC = 0, FA_CPU_AVX2, FA_CPU_AVX512, FA_CPU_AMX } fa_cpu_isa;
 
 typedef struct {
     fa_cpu_isa isa;
     const fa_cpu_kernels *k;
     int req_bq, req_bkv;   /* fa_context_set_tiles, 0 = automatic */
     int bf16dot;           /* k->gemm_bf16_* usable: compiled in and CPUID AVX512-BF16 */
+    const fa_cpu_amx_kernels *amx;   /* isa FA_CPU_AMX: bf16 forward on AMX tiles, else NULL */
 } fa_cpu_state;
 
 /* Tiles for a call: bq query rows (Br) and bkv key rows (Bc), both multiples of 16.

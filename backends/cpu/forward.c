@@ -29,7 +29,7 @@ typedef struct { int64_t b, h0, nh, i0, ni; } fwd_block;   /* row r: h0 + r/ni, 
 
 static int64_t heads_per_block(const fa_problem *p, int64_t sq, int bq)
 {
-    if (sq >= bq || p->group == 1) return 1;
+    if (sq >= bq || p->group <= 1) return 1;   /* group 0: no query heads (empty problem) */
     int64_t g = bq / (sq > 0 ? sq : 1);
     if (g > p->group) g = p->group;
     while (p->group % g) g--;          /* blocks never straddle two KV heads */
@@ -70,7 +70,8 @@ int fa_cpu_fwd_splits(const fa_problem *p, int bq, int bkv, int64_t *rows, int64
 }
 
 typedef struct {
-    float *qt, *s, *kc, *vc, *o, *m, *l, *alpha, *row, *pp;
+    float *qt, *s, *kc, *vc, *o, *m, *l, *alpha, *row, *pp, *ot, *tmp;
+    const uint16_t **rp;   /* AMX packing: row pointers, max(bkv, ldq) */
     int64_t *hr, *ir, *idrop, *lo, *hi;
     /* K/V cache: fp32 rows of the whole sequence of KV head (cb, chk), tile kb packed when
        packed[kb]; kept across the consecutive tasks a thread gets from the dynamic
@@ -125,9 +126,28 @@ static void fwd_task(const fa_context *ctx, const fa_problem *p, const fwd_block
     if (kb0 >= kb1) return;
 
     const fa_cpu_state *st = (const fa_cpu_state *)ctx->impl;
-    int bfp = st->bf16dot && p->q.dtype == FA_BF16 && p->k.dtype == FA_BF16 &&
-              p->v.dtype == FA_BF16;
+    int allbf = p->q.dtype == FA_BF16 && p->k.dtype == FA_BF16 && p->v.dtype == FA_BF16;
+    const fa_cpu_amx_kernels *X = allbf ? st->amx : NULL;
+    int bfp = st->bf16dot && allbf && !X;
     int64_t dqp = (dqk + 1) / 2;
+    /* AMX layouts (bf16 elements; k dimensions zero-padded to whole 32-wide tiles):
+         Q^T pairs  qt[c][ldq] words, c < ldka/2      B of S^T = K Q^T
+         K rows     [j][ldka], ldka = round_up(dqk, 32)   A of S^T
+         V^T        per KV tile [ldv][ldvt], ldvt = round_up(bkv, 32)   A of O^T += V^T P^T
+         P^T pairs  pp[j/2][ldq] words (amx to_pairs)  B of O^T
+         O^T        ot[ldv][ldq] fp32, transposed into o at the end of the task */
+    int64_t ldka = (dqk + 31) / 32 * 32, ldvt = ((int64_t)bkv + 31) / 32 * 32;
+    if (X) {
+        /* Q rows -> tmp [r][ldka] bf16 (0 past dqk) -> word transpose = Q^T pairs */
+        uint16_t *t16 = (uint16_t *)w->tmp;
+        for (int r = 0; r < nr; r++) {
+            const uint16_t *qr = (const uint16_t *)p->q.data + fa_qrow(&p->q, &sq, w->ir[r], w->hr[r]);
+            memcpy(t16 + r * ldka, qr, sizeof(uint16_t) * (size_t)dqk);
+            memset(t16 + r * ldka + dqk, 0, sizeof(uint16_t) * (size_t)(ldka - dqk));
+        }
+        X->tr32((uint32_t *)w->qt, ldq, (const uint32_t *)t16, ldka / 2, nr, (int)(ldka / 2));
+        memset(w->ot, 0, sizeof(float) * (size_t)(ldv * ldq));
+    }
     if (bfp) {
         /* Q^T as bf16 pairs: word (c, r) = q[r][2c], q[r][2c+1] (0 past dqk) */
         uint32_t *qp = (uint32_t *)w->qt;
@@ -140,7 +160,7 @@ static void fwd_task(const fa_context *ctx, const fa_problem *p, const fwd_block
         }
     }
     /* Q^T [dqk][ldq] */
-    for (int r = 0; r < nr && !bfp; r++) {
+    for (int r = 0; r < nr && !bfp && !X; r++) {
         K->cvt_in(w->row, (const char *)p->q.data +
                   fa_qrow(&p->q, &sq, w->ir[r], w->hr[r]) * (int64_t)fa_dtype_size(p->q.dtype),
                   dqk, p->q.dtype);
@@ -159,10 +179,27 @@ static void fwd_task(const fa_context *ctx, const fa_problem *p, const fwd_block
             }
             kc = bfp ? (float *)((uint16_t *)w->kall + j0 * ldk) : w->kall + j0 * ldk;
             vc = bfp ? (float *)((uint16_t *)w->vall + j0 * ldv) : w->vall + j0 * ldv;
+            if (X) {
+                kc = (float *)((uint16_t *)w->kall + j0 * ldka);
+                vc = (float *)((uint16_t *)w->vall + kb * ldv * ldvt);
+            }
         }
         int vbad = 0;   /* V tile holds Inf/NaN: masked P = 0 must not multiply it */
         if (!w->kall || !w->packed[kb]) {
-            if (bfp) {
+            if (X) {
+                /* K rows [j][ldka] (0 past dqk); V^T [c][ldvt] (0 past nk up to 32) */
+                uint16_t *k16 = (uint16_t *)kc;
+                for (int j = 0; j < nk; j++) {
+                    uint16_t *kr = k16 + j * ldka;
+                    const uint16_t *ks = (const uint16_t *)p->k.data + fa_krow(p, &p->k, &sq, f->b, j0 + j, hk);
+                    memcpy(kr, ks, sizeof(uint16_t) * (size_t)dqk);
+                    memset(kr + dqk, 0, sizeof(uint16_t) * (size_t)(ldka - dqk));
+                    w->rp[j] = (const uint16_t *)p->v.data + fa_krow(p, &p->v, &sq, f->b, j0 + j, hk);
+                }
+                /* V pairs [j/2][ldv] words (0 past nk up to 32 keys) -> V^T [c][ldvt] bf16 */
+                vbad = X->pair_rows((uint32_t *)w->tmp, ldv, w->rp, nk, (int)dv);
+                X->tr32((uint32_t *)vc, ldvt / 2, (const uint32_t *)w->tmp, ldv, (nk + 31) / 32 * 16, (int)dv);
+            } else if (bfp) {
                 /* K rows bf16 [j][ldk] (0 past dqk); V pairs [j/2][ldv][2] */
                 uint16_t *k16 = (uint16_t *)kc, *v16 = (uint16_t *)vc;
                 for (int j = 0; j < nk + (nk & 1); j++) {
@@ -196,7 +233,10 @@ static void fwd_task(const fa_context *ctx, const fa_problem *p, const fwd_block
         } else {
             vbad = w->packed[kb] == 2;
         }
-        if (bfp)
+        if (X)
+            X->gemm(nk, nr, (int)(ldka / 32), (const uint16_t *)kc, ldka,
+                    (const uint32_t *)w->qt, ldq, w->s, ldq, 0);
+        else if (bfp)
             K->gemm_bf16_rowA(nk, nr, (int)dqp, (const uint16_t *)kc, ldk,
                               (const uint16_t *)w->qt, ldq, w->s, ldq, 0);
         else
@@ -210,14 +250,32 @@ static void fwd_task(const fa_context *ctx, const fa_problem *p, const fwd_block
         K->softmax_fwd(w->s, nk, nr, ldq, sc, m, l, w->alpha);
         if (p->dropout_p > 0.0f)
             fa_cpu_dropout_pass(p, f->b, nk, nr, ldq, j0, w->hr, w->idrop, w->s, NULL);
-        for (int r = 0; r < nr; r++) {
+        if (X) X->scale_cols(w->ot, ldq, (int)dv, nr, w->alpha);
+        for (int r = 0; r < nr && !X; r++) {
             float a = w->alpha[r];
             if (a != 1.0f) {
                 float *orow = o + r * ldv;
                 for (int64_t c = 0; c < dv; c++) orow[c] *= a;
             }
         }
-        if (bfp && (full || !vbad)) {
+        if (X && (full || !vbad)) {
+            X->to_pairs((uint32_t *)w->pp, ldq, w->s, ldq, nk, nr);
+            X->gemm((int)dv, nr, (nk + 31) / 32, (const uint16_t *)vc, ldvt,
+                    (const uint32_t *)w->pp, ldq, w->ot, ldq, 1);
+        } else if (X) {
+            /* non-finite V in a partly masked tile: each row sums only its keys; P is
+               rounded to bf16 as on the tile path */
+            const uint16_t *vt = (const uint16_t *)vc;
+            for (int r = 0; r < nr; r++) {
+                int64_t a = w->lo[r] > j0 ? w->lo[r] - j0 : 0;
+                int64_t e = w->hi[r] < j0 + nk ? w->hi[r] - j0 : nk;
+                for (int64_t j = a; j < e; j++) {
+                    float pj = fa_bf16_to_f32(fa_f32_to_bf16(w->s[j * ldq + r]));
+                    for (int64_t c = 0; c < dv; c++)
+                        w->ot[c * ldq + r] += pj * fa_bf16_to_f32(vt[c * ldvt + j]);
+                }
+            }
+        } else if (bfp && (full || !vbad)) {
             K->to_pairs((uint16_t *)w->pp, ldq, w->s, ldq, nk, nr);
             K->gemm_bf16_colA(nr, (int)dv, (nk + 1) / 2, (const uint16_t *)w->pp, ldq,
                               (const uint16_t *)vc, ldv, o, ldv, 1);
@@ -243,6 +301,7 @@ static void fwd_task(const fa_context *ctx, const fa_problem *p, const fwd_block
             }
         }
     }
+    if (X) X->tr32((uint32_t *)o, ldv, (const uint32_t *)w->ot, ldq, (int)dv, nr);
 }
 
 /* Write row r of a finished block: out = o / l, lse = m + log l. */
@@ -277,8 +336,11 @@ fa_status fa_cpu_forward(fa_context *ctx, const fa_problem *p)
     int64_t dmax = p->dqk > p->dv ? p->dqk : p->dv;
 
     fwd_block *blocks = (fwd_block *)malloc(sizeof(fwd_block) * (size_t)nb);
-    int64_t per = p->dqk * ldq + (int64_t)bkv * ldq + (int64_t)bkv * (ldk + ldv) + ldq * ldv +
-                  3 * ldq + fa_cpu_pad(dmax) + 5 * ldq * 2 + ((int64_t)bkv / 2 + 1) * ldq; /* int64 arrays as 2 floats; P pairs */
+    /* AMX packing temp (words): Q rows [ldq][ldka/2] or V pairs [round_up(bkv,32)/2][ldv] */
+    int64_t tmpsz = ldq * (fa_cpu_pad(p->dqk) + 16) / 2 + ((int64_t)bkv / 2 + 16) * ldv;
+    int64_t per = (p->dqk + 16) * ldq + (int64_t)bkv * ldq + (int64_t)bkv * (ldk + ldv) + ldq * ldv +
+                  3 * ldq + fa_cpu_pad(dmax) + 5 * ldq * 2 + ((int64_t)bkv / 2 + 16) * ldq /* int64 arrays as 2 floats; P pairs */
+                  + ldq * ldv /* O^T (AMX) */ + tmpsz + 2 * (ldq > bkv ? ldq : bkv); /* AMX tmp, row pointers */
     per = fa_cpu_pad(per);
     float *scr = fa_cpu_alloc(per * nt);
     int64_t nkbmax = (p->max_sk + bkv - 1) / bkv;
@@ -307,7 +369,7 @@ fa_status fa_cpu_forward(fa_context *ctx, const fa_problem *p)
     {
         fwd_scratch w;
         float *base = scr + per * fa_cpu_tid();
-        w.qt = base; base += p->dqk * ldq;
+        w.qt = base; base += (p->dqk + 16) * ldq;
         w.s = base; base += (int64_t)bkv * ldq;
         w.kc = base; base += (int64_t)bkv * ldk;
         w.vc = base; base += (int64_t)bkv * ldv;
@@ -316,7 +378,10 @@ fa_status fa_cpu_forward(fa_context *ctx, const fa_problem *p)
         w.l = base; base += ldq;
         w.alpha = base; base += ldq;
         w.row = base; base += fa_cpu_pad(dmax);
-        w.pp = base; base += ((int64_t)bkv / 2 + 1) * ldq;
+        w.pp = base; base += ((int64_t)bkv / 2 + 16) * ldq;
+        w.ot = base; base += ldq * ldv;
+        w.tmp = base; base += tmpsz;
+        w.rp = (const uint16_t **)base; base += 2 * (ldq > bkv ? ldq : bkv);
         int64_t *ib = (int64_t *)base;
         w.hr = ib; w.ir = ib + ldq; w.idrop = ib + 2 * ldq; w.lo = ib + 3 * ldq; w.hi = ib + 4 * ldq;
         w.kall = kvall ? kvall + kvper * fa_cpu_tid() : NULL;

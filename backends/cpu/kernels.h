@@ -85,4 +85,36 @@ extern const fa_cpu_kernels fa_cpu_kernels_avx2;
 extern const fa_cpu_kernels fa_cpu_kernels_avx512;
 #endif
 
+/* Intel AMX bf16 (kernels_amx.c; used with the avx512 set for everything else). Tiles of
+ * 16 x 16 fp32 C, 16 x 32 bf16 A, 32 x 16 bf16 B; fp32 accumulation inside TDPBF16PS
+ * (bf16 denormal inputs read as 0).
+ *   gemm: C[m][n] (+)= A[m][k] B[k][n] with k = 32 * k32,
+ *         A[m][k] = a[m*lda + k]                  bf16 row-major (lda even, elements)
+ *         B[k][n] = b[(k/2)*ldb + n] bits 16*(k&1)  bf16 pairs in 32-bit words
+ *         C fp32 c[m*ldc + n]; acc = 0 overwrites.
+ *         m and n are worked in whole tiles: A must be readable for round_up(m, 16) rows
+ *         and B for round_up(n, 16) columns, and C receives round_up(m, 16) x
+ *         round_up(n, 16) values (the extra rows/columns are padding, any value). Padding
+ *         k must be 0 in A and B (at least finite zeros on one side and finite on the other).
+ *   to_pairs: fp32 src[k*lds + n] -> pairs dst[(k/2)*ldd + n], RNE, rows written up to
+ *         round_up(nk, 32)/2 (zeros past nk), columns up to round_up(nn, 16).
+ *   scale_cols: o[c*ld + r] *= alpha[r] (c < rows, r < round_up(n, 16)), skipping groups
+ *         of 16 columns whose alpha are all 1. */
+typedef struct {
+    const char *name;
+    void (*gemm)(int m, int n, int k32, const uint16_t *a, int64_t lda, const uint32_t *b,
+                 int64_t ldb, float *c, int64_t ldc, int acc);
+    void (*to_pairs)(uint32_t *dst, int64_t ldd, const float *src, int64_t lds, int nk, int nn);
+    void (*scale_cols)(float *o, int64_t ld, int rows, int n, const float *alpha);
+    /* Packing: tr32: dst[c*ldd + r] = src[r*lds + c] (32-bit words, r < rows, c < cols).
+       pair_rows: dst[jp*ldd + c] = rows[2jp][c] | rows[2jp+1][c] << 16 (c < ncols; a
+       missing odd row and the pair rows from ceil(nrows/2) to round_up(nrows, 32)/2 are
+       0); returns 1 when an element is Inf/NaN. V^T = tr32(pair_rows(V)). */
+    void (*tr32)(uint32_t *dst, int64_t ldd, const uint32_t *src, int64_t lds, int rows, int cols);
+    int (*pair_rows)(uint32_t *dst, int64_t ldd, const uint16_t *const *rows, int nrows, int ncols);
+} fa_cpu_amx_kernels;
+#ifdef FA_HAVE_AMX
+extern const fa_cpu_amx_kernels fa_cpu_kernels_amx;
+#endif
+
 #endif /* FA_CPU_KERNELS_H */
