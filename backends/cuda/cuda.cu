@@ -7,7 +7,10 @@
  *
  * Paths (the teaching ladder's last rungs):
  *   forward  cuda/sm80: FlashAttention-2 style, mma.sync m16n8k16 + ldmatrix + cp.async,
- *            tiles 128 x 64, 8 warps, head-dim classes 64/128/256 (forward_sm80.cuh);
+ *            head-dim classes 64/128/256. The fast kernel (forward_fast.cuh: 4 warps, 2 m-tiles
+ *            per warp, single-buffered K/V overlapped FA2's way) serves calls without bias,
+ *            ALiBi, softcap or dropout; the general kernel (forward_sm80.cuh: tiles 128 x 64,
+ *            8 warps) everything else; fa_query names which one and why;
  *            split-KV + combine when the grid would not fill the GPU (decode).
  *   backward cuda/sm80: FlashAttention-2 style (backward_sm80.cuh): per 64 keys of a KV head,
  *            loop over the query tiles of the group; dK/dV in registers, dQ by fp32 atomics
@@ -33,6 +36,7 @@ typedef struct {
     int cc_major, cc_minor, sms, smem_optin, l2, debug;
     size_t mem;
     int req_bq, req_bkv;
+    int force_general;               /* FA_CUDA_FWD=general: the general forward kernel always */
     char qname[160];
 } cuda_impl;
 
@@ -86,6 +90,8 @@ static fa_status cuda_init(fa_context *ctx)
     if (st != FA_OK) { free(im); return st; }
     const char *dbg = getenv("FA_DEBUG");
     im->debug = dbg && !strcmp(dbg, "1");
+    const char *fk = getenv("FA_CUDA_FWD");
+    im->force_general = fk && !strcmp(fk, "general");
     ctx->impl = im;
     H->verbose(ctx, "cuda: device 0 %s sm%d%d, %d SMs, %d KiB smem/block, %d MiB L2", im->name,
                im->cc_major, im->cc_minor, im->sms, im->smem_optin / 1024, im->l2 >> 20);
@@ -107,11 +113,15 @@ static void cuda_describe(const fa_context *ctx, char *buf, size_t len)
                im->name, im->device, im->cc_major, im->cc_minor, im->sms, im->smem_optin / 1024,
                im->l2 >> 20, im->mem >> 20);
     H->appendf(buf, len,
-               "forward: cuda/sm80 kernel (mma.sync m16n8k16 + ldmatrix, fp32 accumulation, online "
-               "softmax in registers), tiles 128 x 64 (block_q x block_kv; 8 warps x 16 query rows; "
-               "Q tile in shared memory, K/V tiles double-buffered with cp.async), head-dim classes "
-               "64/128/256 (d_qk, d_v multiples of 8 up to 256), fp16/bf16%s\n",
-               im->req_bq || im->req_bkv ? "; requested tiles ignored: the kernels are compiled for 128 x 64" : "");
+               "forward: cuda/sm80 kernels (mma.sync m16n8k16 + ldmatrix, fp32 accumulation, online "
+               "softmax in registers), head-dim classes 64/128/256 (d_qk, d_v multiples of 8 up to 256), "
+               "fp16/bf16; fast kernel (no bias, ALiBi, softcap or dropout): FlashAttention-2 layout, "
+               "4 warps x 32 query rows (d256: x 16), tiles 128 x 64 (d256: 64 x 64), Q fragments in "
+               "registers for d64, K and V single-buffered with cp.async overlapping the two products; "
+               "general kernel (everything else%s): tiles 128 x 64, 8 warps x 16 query rows, K/V "
+               "double-buffered%s\n",
+               im->force_general ? "; FA_CUDA_FWD=general: every call" : "",
+               im->req_bq || im->req_bkv ? "; requested tiles ignored: the kernels are compiled for fixed tiles" : "");
     H->appendf(buf, len,
                "split-kv: when batch*heads*ceil(Sq/128) < %d SMs (decode), keys are split over up to "
                "%d blocks and merged by the combine kernel\n", im->sms, FA_CU_MAX_PARTS);
@@ -180,7 +190,8 @@ static int aligned16(const fa_tensor *t)
 static const char *dtname(fa_dtype t) { return t == FA_F16 ? "fp16" : t == FA_BF16 ? "bf16" : "fp32"; }
 
 /* Can the forward kernels serve p? Fills the launch parameters. */
-static fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, int *D, int64_t *blocks)
+static fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, int *D, int64_t *blocks,
+                          int *fast)
 {
     cuda_impl *im = IMPL(ctx);
     memset(k, 0, sizeof *k);
@@ -194,7 +205,13 @@ static fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, in
                             (long long)p->dqk, (long long)p->dv);
     int64_t dm = p->dqk > p->dv ? p->dqk : p->dv;
     *D = dm <= 64 ? 64 : dm <= 128 ? 128 : 256;
-    if (fa_fwd_smem(*D) > im->smem_optin)
+    /* The fast kernel serves the common feature set; why not, when it does not. */
+    const char *general_why = im->force_general ? "FA_CUDA_FWD=general"
+                              : p->has_bias ? "bias" : p->alibi ? "alibi" : p->softcap > 0.f ? "softcap"
+                              : p->dropout_p > 0.f ? "dropout" : !(p->scale > 0.f) ? "scale <= 0"
+                              : fa_fwd_fast_smem(*D) > im->smem_optin ? "shared memory" : NULL;
+    *fast = general_why == NULL;
+    if (!*fast && fa_fwd_smem(*D) > im->smem_optin)
         return H->set_error(ctx, FA_ERR_UNSUPPORTED,
                             "cuda: head-dim class %d needs %d KiB shared memory per block; %s allows %d KiB",
                             *D, fa_fwd_smem(*D) / 1024, im->name, im->smem_optin / 1024);
@@ -245,7 +262,8 @@ static fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, in
         k->dropout_p = p->dropout_p; k->drop_k0 = p->drop.k0; k->drop_k1 = p->drop.k1;
         k->drop_threshold = p->drop.threshold; k->keep_scale = p->drop.keep_scale;
     }
-    k->m_blocks = (int)((p->max_sq + 127) / 128);
+    const int bm = *fast ? fa_fwd_fast_bm(*D) : 128;
+    k->m_blocks = (int)((p->max_sq + bm - 1) / bm);
     if (k->m_blocks == 0) k->m_blocks = 1;
     /* Split-KV when the grid would leave SMs idle; depends on shapes and the SM count only. */
     int64_t base = p->batch * p->hq * k->m_blocks;
@@ -259,8 +277,12 @@ static fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, in
     }
     k->n_splits = splits;
     *blocks = base * splits;
-    snprintf(im->qname, sizeof im->qname, "cuda/sm80 fwd %s d%d 128x64%s", dtname(p->q.dtype), *D,
-             splits > 1 ? " split-kv" : "");
+    if (*fast)
+        snprintf(im->qname, sizeof im->qname, "cuda/sm80 fwd %s d%d fast %dx64 4 warps%s", dtname(p->q.dtype), *D,
+                 bm, splits > 1 ? " split-kv" : "");
+    else
+        snprintf(im->qname, sizeof im->qname, "cuda/sm80 fwd %s d%d general 128x64 8 warps (%s)%s",
+                 dtname(p->q.dtype), *D, general_why, splits > 1 ? " split-kv" : "");
     if (splits > 1)
         snprintf(im->qname + strlen(im->qname), sizeof im->qname - strlen(im->qname), " %d", splits);
     return FA_OK;
@@ -334,15 +356,15 @@ static fa_status cuda_forward(fa_context *ctx, const fa_problem *p)
 {
     cuda_impl *im = IMPL(ctx);
     fa_cu_fwd k;
-    int D;
+    int D, fast;
     int64_t blocks;
-    fa_status st = fwd_plan(ctx, p, &k, &D, &blocks);
+    fa_status st = fwd_plan(ctx, p, &k, &D, &blocks, &fast);
     if (st != FA_OK) return st;
     if ((st = check_pointers(ctx, p)) != FA_OK) return st;
     cudaSetDevice(im->device);
     if (im->debug && (st = debug_check(ctx, p)) != FA_OK) return st;
-    H->verbose(ctx, "cuda: forward %s (%lld blocks of 256 threads, %d B shared memory)", im->qname,
-               (long long)blocks, fa_fwd_smem(D));
+    H->verbose(ctx, "cuda: forward %s (%lld blocks of %d threads, %d B shared memory)", im->qname,
+               (long long)blocks, fast ? FA_FWD_FAST_NT : 256, fast ? fa_fwd_fast_smem(D) : fa_fwd_smem(D));
     if (blocks == 0 || p->hq == 0 || p->batch == 0) return FA_OK;
     void *ws = NULL;
     cudaError_t e = cudaSuccess;
@@ -355,7 +377,12 @@ static fa_status cuda_forward(fa_context *ctx, const fa_problem *p)
         k.lse_part = k.o_part + (size_t)k.n_splits * rows * p->dv;
     }
     const bool bf = p->q.dtype == FA_BF16;
-    switch (D) {
+    if (fast) switch (D) {
+    case 64: e = bf ? fa_fwd_fast_launch<__nv_bfloat16, 64>(k, blocks, im->stream) : fa_fwd_fast_launch<__half, 64>(k, blocks, im->stream); break;
+    case 128: e = bf ? fa_fwd_fast_launch<__nv_bfloat16, 128>(k, blocks, im->stream) : fa_fwd_fast_launch<__half, 128>(k, blocks, im->stream); break;
+    default: e = bf ? fa_fwd_fast_launch<__nv_bfloat16, 256>(k, blocks, im->stream) : fa_fwd_fast_launch<__half, 256>(k, blocks, im->stream); break;
+    }
+    else switch (D) {
     case 64: e = bf ? fa_fwd_launch<__nv_bfloat16, 64>(k, blocks, im->stream) : fa_fwd_launch<__half, 64>(k, blocks, im->stream); break;
     case 128: e = bf ? fa_fwd_launch<__nv_bfloat16, 128>(k, blocks, im->stream) : fa_fwd_launch<__half, 128>(k, blocks, im->stream); break;
     default: e = bf ? fa_fwd_launch<__nv_bfloat16, 256>(k, blocks, im->stream) : fa_fwd_launch<__half, 256>(k, blocks, im->stream); break;
@@ -384,10 +411,11 @@ static fa_status bwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_bwd *k, in
 {
     cuda_impl *im = IMPL(ctx);
     int64_t fb;
+    int ffast;
     memset(k, 0, sizeof *k);
     if (p->layout == FA_LAYOUT_KVCACHE)
         return H->set_error(ctx, FA_ERR_UNSUPPORTED, "cuda: no backward for the KV-cache layout");
-    fa_status st = fwd_plan(ctx, p, &k->f, D, &fb);
+    fa_status st = fwd_plan(ctx, p, &k->f, D, &fb, &ffast);
     if (st != FA_OK) return st;
     if (fa_bwd_smem(*D) > im->smem_optin)
         return H->set_error(ctx, FA_ERR_UNSUPPORTED,
@@ -484,9 +512,9 @@ static fa_status cuda_query(fa_context *ctx, const fa_problem *p, int backward, 
         return FA_OK;
     }
     fa_cu_fwd k;
-    int D;
+    int D, fast;
     int64_t blocks;
-    fa_status st = fwd_plan(ctx, p, &k, &D, &blocks);
+    fa_status st = fwd_plan(ctx, p, &k, &D, &blocks, &fast);
     if (st != FA_OK) return st;
     *name = IMPL(ctx)->qname;
     return FA_OK;
@@ -496,11 +524,11 @@ static fa_status cuda_kv_append(fa_context *ctx, const fa_problem *p, const fa_t
 {
     cuda_impl *im = IMPL(ctx);
     fa_cu_fwd k;
-    int D;
+    int D, fast;
     int64_t blocks;
     fa_status st;
     /* the forward's plan: a call the forward cannot serve is refused before the append */
-    if ((st = fwd_plan(ctx, p, &k, &D, &blocks)) != FA_OK) return st;
+    if ((st = fwd_plan(ctx, p, &k, &D, &blocks, &fast)) != FA_OK) return st;
     if ((st = check_ptr(ctx, kn->data, "k_new.data")) != FA_OK || (st = check_ptr(ctx, vn->data, "v_new.data")) != FA_OK ||
         (st = check_pointers(ctx, p)) != FA_OK)
         return st;

@@ -16,6 +16,15 @@ template <typename T, int D> cudaError_t fa_fwd_launch(const fa_cu_fwd &p, int64
 /* Dynamic shared memory the forward kernel of class D needs (bytes). */
 static inline int fa_fwd_smem(int D) { return (128 * D + 4 * 64 * D) * 2; }
 
+/* forward_fast_dNNN.cu: the lean FA2 forward (forward_fast.cuh) for calls without bias,
+   ALiBi, softcap or dropout; 4 warps, query rows per block fa_fwd_fast_bm(D), 64 keys per
+   KV tile, single K and V buffers. */
+template <typename T, int D> cudaError_t fa_fwd_fast_launch(const fa_cu_fwd &p, int64_t blocks, cudaStream_t st);
+#define FA_FWD_FAST_BN 64
+#define FA_FWD_FAST_NT 128
+static constexpr inline int fa_fwd_fast_bm(int D) { return D >= 256 ? 64 : 128; }
+static constexpr inline int fa_fwd_fast_smem(int D) { return (fa_fwd_fast_bm(D) + 2 * FA_FWD_FAST_BN) * D * 2; }
+
 /* backward_sm80_dNNN.cu: the dK/dV/dQ kernel of head-dim class D (one block = 64 keys of one
    KV head, looping over the query tiles of every query head of its group). */
 template <typename T, int D> cudaError_t fa_bwd_launch(const fa_cu_bwd &p, int64_t blocks, cudaStream_t st);

@@ -3,18 +3,19 @@
 # files compiled by nvcc through libtool (nvcc-lt.sh turns libtool's -fPIC into
 # --compiler-options=-fPIC), linked against the static CUDA runtime so that the module needs only
 # the driver (libcuda.so) at run time.
-# Compile cost, per arch in NVCC_GENCODE: 6 forward and 6 backward kernels (fp16/bf16 x
-# head-dim classes 64/128/256), one file per class and direction so that make -j2 compiles
-# two at once.
+# Compile cost, per arch in NVCC_GENCODE: 12 forward (fast and general) and 6 backward
+# kernels (fp16/bf16 x head-dim classes 64/128/256), one file per class, kernel and
+# direction so that make -j2 compiles two at once.
 FA_CUDA_SRC = backends/cuda/cuda.cu backends/cuda/combine.cu backends/cuda/backward_aux.cu \
+	backends/cuda/forward_fast_d256.cu backends/cuda/forward_fast_d128.cu backends/cuda/forward_fast_d64.cu \
 	backends/cuda/backward_sm80_d256.cu backends/cuda/forward_sm80_d256.cu \
 	backends/cuda/backward_sm80_d128.cu backends/cuda/forward_sm80_d128.cu \
 	backends/cuda/backward_sm80_d64.cu backends/cuda/forward_sm80_d64.cu
-FA_CUDA_HDR = backends/cuda/common.cuh backends/cuda/forward_sm80.cuh backends/cuda/backward_sm80.cuh \
+FA_CUDA_HDR = backends/cuda/common.cuh backends/cuda/forward_sm80.cuh backends/cuda/forward_fast.cuh backends/cuda/backward_sm80.cuh \
 	backends/cuda/kernels.h backends/cuda/params.h
 EXTRA_DIST += $(FA_CUDA_SRC) $(FA_CUDA_HDR) backends/cuda/nvcc-lt.sh backends/cuda/NEEDS.md \
 	tests/cuda/test_cuda.c bench/gpu/bench_gpu.c bench/gpu/run-on-gpu.sh bench/gpu/README.md \
-	bench/peers/torch_sdpa_gpu.py
+	bench/gpu/fwd-ab.sh bench/gpu/peers_fwd.py bench/peers/torch_sdpa_gpu.py
 
 SUFFIXES = .cu
 FA_NVCCFLAGS = -std=c++17 -O3 $(NVCC_GENCODE) --compiler-options=-fvisibility=hidden \
