@@ -8,6 +8,8 @@
  *   lse includes exp(sink)      ->  dsinks[h] = -sum_i exp(sink - lse_i) D_i
  *
  *   phase 1  parallel over (b, h): D per row, dsink partial per (b, h)
+ *   phase 1b zero the dQ partials; when C >= 4, pack the Q side of every (b, h, Q block)
+ *            once into a shared buffer (else each task packs its head per thread)
  *   phase 2  parallel over tasks (b, KV head, chunk c of KV tiles)   [dynamic]
  *              for each KV tile of the chunk (K, V -> fp32 rows, dK, dV accumulators):
  *                for each query head of the group, each Q block that sees the tile:
@@ -30,8 +32,10 @@
 #include <string.h>
 #include "scratch.h"
 
-#define CHUNK_TARGET 32
-#define Q_CACHE_MAX ((int64_t)64 << 20)   /* bytes per thread */
+#define CHUNK_TARGET 32    /* 128 measured 5-20% slower at 1 thread (B*H=16, S=1k): bench/NOTES.md */
+#define Q_SHARED_MIN_C 4   /* shared Q-side pack when each head is split in >= this many chunks */
+#define Q_CACHE_MAX ((int64_t)64 << 20)   /* bytes per thread (fallback cache) */
+#define Q_SHARED_MAX ((int64_t)1 << 30)   /* bytes of the shared Q-side pack */
 
 int fa_cpu_bwd_chunks(const fa_problem *p, int bkv)
 {
@@ -75,8 +79,11 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
     int64_t per = 2 * (int64_t)bkv * (ldk + ldv) + dqk * ldq + ldq * ldk + dv * ldq + ldq * ldv +
                   4 * (int64_t)bkv * ldq + 2 * ldq + 2 * fa_cpu_pad(dmax) + 5 * ldq * 2;
     per = fa_cpu_pad(per);
-    float *scr = fa_cpu_alloc(per * nt);
-    float *dqp = fa_cpu_alloc(C * qrows * p->hq * dqk);
+    /* scratch zeroed inside the parallel region (each thread its slice, first touch
+       in parallel) instead of by one thread here */
+    float *scr = fa_cpu_alloc_raw(per * nt);
+    int64_t ndqp = C * qrows * p->hq * dqk;
+    float *dqp = fa_cpu_alloc_raw(ndqp);
     float *D = fa_cpu_alloc(nlse);
     float *dsp = fa_cpu_alloc(p->batch * p->hq);
     /* per-thread Q-side cache of one (b, KV head): every Q block of every head in the
@@ -84,15 +91,22 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
     int64_t nqbmax = (p->max_sq + bq - 1) / bq;
     int64_t qblk = dqk * ldq + ldq * ldk + dv * ldq + ldq * ldv + 2 * ldq;
     int64_t qcper = fa_cpu_pad(nqbmax * p->group * qblk);
+    /* shared Q-side pack (C >= 4, i.e. B*Hkv <= 8): every (b, head, Q block) packed once,
+       in a parallel phase, and only read by the tasks, so the C chunks of one head no
+       longer pack it C times; else the per-thread cache, packed once per task (cheaper
+       at small C: it stays warm in L2; the shared pack measured ~5% slower at C = 2) */
+    int64_t nqsh = p->batch * p->hq * nqbmax;
+    float *qsh = NULL;
+    if (C >= Q_SHARED_MIN_C && nqbmax > 0 && nqsh * qblk * 4 <= Q_SHARED_MAX) qsh = fa_cpu_alloc_raw(nqsh * qblk);
     float *qcache = NULL;
     unsigned char *qflags = NULL;
-    if (qcper * 4 <= Q_CACHE_MAX && nqbmax > 0) {
-        qcache = fa_cpu_alloc(qcper * nt);
+    if (!qsh && qcper * 4 <= Q_CACHE_MAX && nqbmax > 0) {
+        qcache = fa_cpu_alloc_raw(qcper * nt);
         qflags = (unsigned char *)calloc((size_t)(nqbmax * p->group * nt), 1);
         if (!qcache || !qflags) { free(qcache); free(qflags); qcache = NULL; qflags = NULL; }
     }
     if (!scr || !dqp || !D || !dsp) {
-        free(qcache); free(qflags);
+        free(qcache); free(qflags); free(qsh);
         free(scr); free(dqp); free(D); free(dsp);
         return fa_set_error(ctx, FA_ERR_NO_MEMORY, "fa_backward: cpu backend: cannot allocate scratch");
     }
@@ -101,6 +115,8 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
     {
         bwd_scratch w;
         float *base = scr + per * fa_cpu_tid();
+        memset(base, 0, sizeof(float) * (size_t)per);
+        if (qcache) memset(qcache + qcper * fa_cpu_tid(), 0, sizeof(float) * (size_t)qcper);
         w.kc = base; base += (int64_t)bkv * ldk;
         w.vc = base; base += (int64_t)bkv * ldv;
         w.dk = base; base += (int64_t)bkv * ldk;
@@ -139,6 +155,38 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                     dsum += -expf(p->sinks[h] - p->lse_in[li]) * acc;
             }
             dsp[bh] = dsum;
+        }
+
+        /* phase 1b: zero the dQ partials; pack the shared Q side (needs D: after the
+           barrier of phase 1) */
+#pragma omp for schedule(static)
+        for (int64_t z = 0; z < (ndqp + 4095) / 4096; z++) {
+            int64_t z1 = (z + 1) * 4096 < ndqp ? (z + 1) * 4096 : ndqp;
+            memset(dqp + z * 4096, 0, sizeof(float) * (size_t)(z1 - z * 4096));
+        }
+        if (qsh) {
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t x = 0; x < nqsh; x++) {
+                int64_t b = x / (p->hq * nqbmax), h = (x / nqbmax) % p->hq, qb = x % nqbmax;
+                fa_seq sq = fa_problem_seq(p, b);
+                int64_t i0 = qb * bq;
+                float *qt = qsh + x * qblk, *qc = qt + dqk * ldq, *dot = qc + ldq * ldk;
+                float *doc = dot + dv * ldq, *lsev = doc + ldq * ldv, *dd = lsev + ldq;
+                memset(qt, 0, sizeof(float) * (size_t)qblk);
+                if (i0 >= sq.sq) continue;
+                int ni = (int)(sq.sq - i0 < bq ? sq.sq - i0 : bq);
+                for (int r = 0; r < ni; r++) {
+                    int64_t i = i0 + r;
+                    K->cvt_in(qc + r * ldk, qptr(&p->q, &sq, i, h), dqk, p->q.dtype);
+                    K->cvt_in(doc + r * ldv, qptr(&p->dout, &sq, i, h), dv, p->dout.dtype);
+                    for (int64_t c = 0; c < dqk; c++) qt[c * ldq + r] = qc[r * ldk + c];
+                    for (int64_t c = 0; c < dv; c++) dot[c * ldq + r] = doc[r * ldv + c];
+                    int64_t li = fa_lse_index(p, &sq, b, h, i);
+                    float lv = p->lse_in[li];
+                    lsev[r] = lv == -INFINITY ? INFINITY : lv;
+                    dd[r] = D[li];
+                }
+            }
         }
 
         /* phase 2 */
@@ -186,13 +234,17 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                         float *qt = w.qt, *qc = w.qc, *dot = w.dot, *doc = w.doc, *lsev = w.lse, *dd = w.d;
                         int64_t qb = i0 / bq;
                         unsigned char *flag = NULL;
-                        if (qcache) {
+                        if (qsh) {
+                            qt = qsh + ((b * p->hq + h) * nqbmax + qb) * qblk;
+                            qc = qt + dqk * ldq; dot = qc + ldq * ldk; doc = dot + dv * ldq;
+                            lsev = doc + ldq * ldv; dd = lsev + ldq;
+                        } else if (qcache) {
                             float *blk = w.qcache + ((h - hk * p->group) * nqbmax + qb) * qblk;
                             qt = blk; qc = qt + dqk * ldq; dot = qc + ldq * ldk; doc = dot + dv * ldq;
                             lsev = doc + ldq * ldv; dd = lsev + ldq;
                             flag = &w.qflag[(h - hk * p->group) * nqbmax + qb];
                         }
-                        if (!flag || !*flag) {
+                        if (!qsh && (!flag || !*flag)) {
                             for (int r = 0; r < ni; r++) {
                                 int64_t i = i0 + r;
                                 K->cvt_in(qc + r * ldk, qptr(&p->q, &sq, i, h), dqk, p->q.dtype);
@@ -269,6 +321,6 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
             for (int64_t b = 0; b < p->batch; b++) s += dsp[b * p->hq + h];
             p->dsinks[h] = s;
         }
-    free(scr); free(dqp); free(D); free(dsp); free(qcache); free(qflags);
+    free(scr); free(dqp); free(D); free(dsp); free(qcache); free(qflags); free(qsh);
     return FA_OK;
 }

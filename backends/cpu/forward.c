@@ -342,13 +342,16 @@ fa_status fa_cpu_forward(fa_context *ctx, const fa_problem *p)
                   3 * ldq + fa_cpu_pad(dmax) + 5 * ldq * 2 + ((int64_t)bkv / 2 + 16) * ldq /* int64 arrays as 2 floats; P pairs */
                   + ldq * ldv /* O^T (AMX) */ + tmpsz + 2 * (ldq > bkv ? ldq : bkv); /* AMX tmp, row pointers */
     per = fa_cpu_pad(per);
-    float *scr = fa_cpu_alloc(per * nt);
+    /* per-thread scratch and K/V caches are zeroed by their thread inside the parallel
+       region (parallel first touch; one thread zeroing nt slices cost ~20 MB of serial
+       memset per call at 16 threads) */
+    float *scr = fa_cpu_alloc_raw(per * nt);
     int64_t nkbmax = (p->max_sk + bkv - 1) / bkv;
     int64_t kvrows = nkbmax * bkv, kvper = kvrows * (ldk + ldv);
     float *kvall = NULL;
     unsigned char *packed = NULL;
     if (kvper * 4 <= KV_CACHE_MAX && nkbmax > 0) {
-        kvall = fa_cpu_alloc(kvper * nt);
+        kvall = fa_cpu_alloc_raw(kvper * nt);
         packed = (unsigned char *)calloc((size_t)(nkbmax * nt), 1);
         if (!kvall || !packed) { free(kvall); free(packed); kvall = NULL; packed = NULL; }
     }
@@ -369,6 +372,8 @@ fa_status fa_cpu_forward(fa_context *ctx, const fa_problem *p)
     {
         fwd_scratch w;
         float *base = scr + per * fa_cpu_tid();
+        memset(base, 0, sizeof(float) * (size_t)per);
+        if (kvall) memset(kvall + kvper * fa_cpu_tid(), 0, sizeof(float) * (size_t)kvper);
         w.qt = base; base += (p->dqk + 16) * ldq;
         w.s = base; base += (int64_t)bkv * ldq;
         w.kc = base; base += (int64_t)bkv * ldk;

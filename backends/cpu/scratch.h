@@ -33,6 +33,18 @@ static inline float *fa_cpu_alloc(int64_t nfloats)
     return (float *)ptr;
 }
 
+/* 64-byte aligned, NOT zeroed (callers zero it where needed, e.g. in parallel so each
+   thread first-touches its own slice); NULL on failure or overflow. */
+static inline float *fa_cpu_alloc_raw(int64_t nfloats)
+{
+    if (nfloats < 1) nfloats = 1;
+    if ((uint64_t)nfloats > SIZE_MAX / 8) return NULL;
+    size_t bytes = ((size_t)nfloats * sizeof(float) + 63) / 64 * 64;
+    void *ptr = NULL;
+    if (posix_memalign(&ptr, 64, bytes)) return NULL;
+    return (float *)ptr;
+}
+
 /* Does the call need the per-element score pipeline (the "slow" pre-pass)? */
 static inline int fa_cpu_slow_scores(const fa_problem *p)
 {
