@@ -7,6 +7,7 @@
  */
 #include "config.h"
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 #include "dtype.h"
 #include "validate.h"
@@ -14,16 +15,29 @@
 #define NEED_CTX(fn) \
     do { if (!ctx) return fa_set_error(NULL, FA_ERR_INVALID_ARG, fn ": ctx is NULL"); } while (0)
 
-static fa_status run_forward(fa_context *ctx, const fa_problem *p)
+/* A backend's own failure (memory, device, UNSUPPORTED) gets the public function's name
+   in front, like every validation message, unless the backend already wrote it. */
+static fa_status backend_result(fa_context *ctx, const char *fn, fa_status st)
 {
-    ctx->err[0] = '\0';
-    return ctx->ops->forward(ctx, p);
+    size_t n = strlen(fn);
+    if (st != FA_OK && (strncmp(ctx->err, fn, n) != 0 || ctx->err[n] != ':')) {
+        char msg[sizeof ctx->err];
+        snprintf(msg, sizeof msg, "%s", ctx->err[0] ? ctx->err : fa_status_string(st));
+        fa_set_error(ctx, st, "%s: %s", fn, msg);
+    }
+    return st;
 }
 
-static fa_status run_backward(fa_context *ctx, const fa_problem *p)
+static fa_status run_forward(fa_context *ctx, const char *fn, const fa_problem *p)
 {
     ctx->err[0] = '\0';
-    return ctx->ops->backward(ctx, p);
+    return backend_result(ctx, fn, ctx->ops->forward(ctx, p));
+}
+
+static fa_status run_backward(fa_context *ctx, const char *fn, const fa_problem *p)
+{
+    ctx->err[0] = '\0';
+    return backend_result(ctx, fn, ctx->ops->backward(ctx, p));
 }
 
 FA_API fa_status fa_forward(fa_context *ctx, fa_tensor *out, float *lse, const fa_tensor *q,
@@ -32,7 +46,7 @@ FA_API fa_status fa_forward(fa_context *ctx, fa_tensor *out, float *lse, const f
     NEED_CTX("fa_forward");
     fa_problem p;
     fa_status st = fa_build_forward(ctx, "fa_forward", &p, out, lse, q, k, v, opt, 1);
-    return st != FA_OK ? st : run_forward(ctx, &p);
+    return st != FA_OK ? st : run_forward(ctx, "fa_forward", &p);
 }
 
 FA_API fa_status fa_backward(fa_context *ctx, fa_tensor *dq, fa_tensor *dk, fa_tensor *dv,
@@ -44,7 +58,7 @@ FA_API fa_status fa_backward(fa_context *ctx, fa_tensor *dq, fa_tensor *dk, fa_t
     fa_problem p;
     fa_status st = fa_build_backward(ctx, "fa_backward", &p, dq, dk, dv, dsinks, dout, q, k,
                                      v, out, lse, opt, 1);
-    return st != FA_OK ? st : run_backward(ctx, &p);
+    return st != FA_OK ? st : run_backward(ctx, "fa_backward", &p);
 }
 
 FA_API fa_status fa_forward_varlen(fa_context *ctx, fa_tensor *out, float *lse,
@@ -60,7 +74,7 @@ FA_API fa_status fa_forward_varlen(fa_context *ctx, fa_tensor *out, float *lse,
     if (st == FA_OK)
         st = fa_build_varlen(ctx, fn, &p, cu_seqlens_q, cu_seqlens_k, batch, max_seqlen_q,
                              max_seqlen_k);
-    return st != FA_OK ? st : run_forward(ctx, &p);
+    return st != FA_OK ? st : run_forward(ctx, fn, &p);
 }
 
 FA_API fa_status fa_backward_varlen(fa_context *ctx, fa_tensor *dq, fa_tensor *dk,
@@ -79,7 +93,7 @@ FA_API fa_status fa_backward_varlen(fa_context *ctx, fa_tensor *dq, fa_tensor *d
     if (st == FA_OK)
         st = fa_build_varlen(ctx, fn, &p, cu_seqlens_q, cu_seqlens_k, batch, max_seqlen_q,
                              max_seqlen_k);
-    return st != FA_OK ? st : run_backward(ctx, &p);
+    return st != FA_OK ? st : run_backward(ctx, fn, &p);
 }
 
 /* Copy k_new/v_new rows into the cache at cache_seqlens[b] (host memory). */
@@ -120,13 +134,14 @@ FA_API fa_status fa_forward_kvcache(fa_context *ctx, fa_tensor *out, float *lse,
        them before the forward cannot corrupt what the caller had. */
     if (p.s_new > 0) {
         if (ctx->ops->kv_append) {
-            st = ctx->ops->kv_append(ctx, &p, k_new, v_new);
+            st = backend_result(ctx, "fa_forward_kvcache",
+                                ctx->ops->kv_append(ctx, &p, k_new, v_new));
             if (st != FA_OK) return st;
         } else {
             kv_append(&p, k_new, v_new);
         }
     }
-    return run_forward(ctx, &p);
+    return run_forward(ctx, "fa_forward_kvcache", &p);
 }
 
 /* out = sum_i exp(lse_i - lse) out_i, lse = log sum_i exp(lse_i), row by row. A row with
@@ -138,7 +153,9 @@ FA_API fa_status fa_combine(fa_context *ctx, fa_tensor *out, float *lse,
     fa_status st = fa_check_combine(ctx, "fa_combine", out, out_parts, lse_parts, n);
     if (st != FA_OK) return st;
     ctx->err[0] = '\0';
-    if (ctx->ops->combine) return ctx->ops->combine(ctx, out, lse, out_parts, lse_parts, n);
+    if (ctx->ops->combine)
+        return backend_result(ctx, "fa_combine",
+                              ctx->ops->combine(ctx, out, lse, out_parts, lse_parts, n));
     const int64_t B = out->shape[0], S = out->shape[1], H = out->shape[2], D = out->shape[3];
     const int64_t rows = B * S * H;
 #pragma omp parallel for schedule(static) if (rows * D * n > 262144)
@@ -183,7 +200,7 @@ FA_API fa_status fa_query(fa_context *ctx, const char **kernel_name, const fa_te
     fa_status st = fa_build_forward(ctx, "fa_query", &p, out, lse, q, k, v, opt, 1);
     if (st != FA_OK) return st;
     ctx->err[0] = '\0';
-    return ctx->ops->query(ctx, &p, 0, kernel_name);
+    return backend_result(ctx, "fa_query", ctx->ops->query(ctx, &p, 0, kernel_name));
 }
 
 FA_API fa_status fa_query_backward(fa_context *ctx, const char **kernel_name,
@@ -203,5 +220,5 @@ FA_API fa_status fa_query_backward(fa_context *ctx, const char **kernel_name,
                                      q, k, v, out, lse, opt, 1);
     if (st != FA_OK) return st;
     ctx->err[0] = '\0';
-    return ctx->ops->query(ctx, &p, 1, kernel_name);
+    return backend_result(ctx, "fa_query_backward", ctx->ops->query(ctx, &p, 1, kernel_name));
 }

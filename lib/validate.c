@@ -148,6 +148,10 @@ static fa_status chk_options(fa_context *ctx, const char *fn, fa_problem *p,
         p->window_left = opt->window_left;
         p->window_right = opt->window_right;
     }
+    /* A bound of 2^62 or more reaches past any sequence that can exist: it is the same as
+       unbounded, and making it -1 keeps every backend's pos +- window inside int64. */
+    if (p->window_left >= ((int64_t)1 << 62)) p->window_left = -1;
+    if (p->window_right >= ((int64_t)1 << 62)) p->window_right = -1;
     if (opt->causal != FA_CAUSAL_NONE) p->window_right = 0;
     if (!(opt->softcap >= 0.0f) || !isfinite(opt->softcap))
         BAD("%s: opt->softcap=%g must be finite and >= 0", fn, (double)opt->softcap);
