@@ -3,6 +3,8 @@
 # reference,cpu). FA_TEST_SLOW=1 adds the full cross-product sweeps; FA_TEST_BIG=1 the
 # > 2^31-element test. See tests/testutil.h.
 EXTRA_DIST += tests/KNOWN_FAILURES.md
+# libFuzzer targets (not built by make; tests/fuzz/run.sh, docs/reliability.md)
+EXTRA_DIST += tests/fuzz/run.sh tests/fuzz/fuzz_args.c tests/fuzz/fuzz_diff.c tests/fuzz/corpus
 
 if HAVE_CHECK
 TESTS_COMMON = tests/oracle.c tests/oracle.h tests/testutil.c tests/testutil.h tests/cases.h
@@ -10,11 +12,12 @@ TESTS_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -I$(top_srcdir)/tests
 TESTS_LDADD = libflashattn.la $(CHECK_LIBS) -lm
 
 check_PROGRAMS += tests/test_oracle tests/test_api tests/test_forward tests/test_backward \
-	tests/test_varlen_kvcache tests/test_bad_input tests/test_determinism tests/test_combine
+	tests/test_varlen_kvcache tests/test_bad_input tests/test_determinism tests/test_combine \
+	tests/test_big
 # Slowest first so that make -j2 check overlaps them best.
 TESTS += tests/test_forward tests/test_backward tests/test_varlen_kvcache \
 	tests/test_determinism tests/test_bad_input tests/test_combine tests/test_api \
-	tests/test_oracle
+	tests/test_oracle tests/test_big
 
 tests_test_oracle_SOURCES = tests/test_oracle.c $(TESTS_COMMON)
 tests_test_oracle_CFLAGS = $(TESTS_CFLAGS)
@@ -40,4 +43,8 @@ tests_test_determinism_LDADD = $(TESTS_LDADD)
 tests_test_combine_SOURCES = tests/test_combine.c $(TESTS_COMMON)
 tests_test_combine_CFLAGS = $(TESTS_CFLAGS)
 tests_test_combine_LDADD = $(TESTS_LDADD)
+# > 2^31-element k/v (8 GiB): skipped with a note unless FA_TEST_BIG=1.
+tests_test_big_SOURCES = tests/test_big.c $(TESTS_COMMON)
+tests_test_big_CFLAGS = $(TESTS_CFLAGS)
+tests_test_big_LDADD = $(TESTS_LDADD)
 endif

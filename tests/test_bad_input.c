@@ -281,11 +281,84 @@ static int mutate(int idx, fx *f, mem_t *m, const char **expect, const char **wh
     CASE(142, F_QUERY, "opt->dropout_p", "query: dropout_p = 1", f->opt.dropout_p = 1.0f)
     CASE(143, F_QUERY_BWD, "lse", "query_backward: lse NULL", f->lse_in = NULL)
     CASE(144, F_QUERY_BWD, "kernel_name", "query_backward: kernel_name NULL", f->kname = NULL)
+    /* ---- sizes whose element count or extent overflows int64 ---- */
+    CASE(150, F_FWD, "q", "q element count overflows int64 (2^32 x 2^32 x ..)", f->q.shape[0] = (int64_t)1 << 32; f->q.shape[1] = (int64_t)1 << 32)
+    CASE(151, F_FWD, "k", "k byte extent overflows int64", f->k.stride[0] = INT64_MAX / 2)
+    CASE(152, F_FWD, "v", "v element span (shape x stride) overflows int64", f->v.stride[1] = INT64_MAX / 3)
+    CASE(153, F_FWD, "q", "q span exactly INT64_MAX (span + 1 overflows)", f->q.shape[0] = 2; f->q.shape[1] = 1; f->q.shape[2] = 1; f->q.shape[3] = 1; f->q.stride[0] = INT64_MAX; f->q.stride[1] = 1; f->q.stride[2] = 1)
+    CASE(154, F_FWD, "out", "out element count overflows int64", f->out.shape[1] = INT64_MAX)
+    CASE(155, F_FWD, "out", "out byte extent overflows int64", f->out.stride[2] = INT64_MAX / 4)
+    CASE(156, F_FWD, "opt->bias", "bias element count overflows int64", f->bias.shape[0] = INT64_MAX; f->opt.bias = &f->bias)
+    CASE(157, F_BWD, "dq", "dq element count overflows int64", f->dq.shape[0] = (int64_t)1 << 40; f->dq.shape[1] = (int64_t)1 << 40)
+    CASE(158, F_BWD, "dout", "dout extent overflows int64", f->dout.stride[0] = INT64_MAX / 2 + 1)
+    CASE(159, F_KV, "k_new", "k_new element count overflows int64", f->kn.shape[1] = INT64_MAX)
+    CASE(160, F_COMBINE, "out_parts", "out_parts[1] element count overflows int64", f->parts[1].shape[2] = INT64_MAX / 2)
+    CASE(161, F_QUERY, "q", "query: q element count overflows int64", f->q.shape[2] = INT64_MAX)
+    CASE(162, F_KV, "k_cache", "k_cache extent overflows int64", f->kc.stride[1] = INT64_MAX / 8)
+    /* ---- negative strides ---- */
+    CASE(165, F_FWD, "q", "q.stride[1] negative", f->q.stride[1] = -64)
+    CASE(166, F_FWD, "out", "out.stride[2] negative", f->out.stride[2] = -16)
+    CASE(167, F_BWD, "dk", "dk.stride[0] negative", f->dk.stride[0] = -1)
+    CASE(168, F_FWD, "opt->bias", "bias.stride[1] negative", f->bias.stride[1] = -7; f->opt.bias = &f->bias)
+    CASE(169, F_KV, "k_cache", "k_cache.stride[0] negative", f->kc.stride[0] = -1)
+    CASE(170, F_COMBINE, "out_parts", "out_parts[1].stride[2] negative", f->parts[1].stride[2] = -16)
+    CASE(171, F_FWD_VL, "v", "varlen v.stride[2] negative", f->v.stride[2] = -16)
+    /* ---- output stride 0 on an extent > 1 (its elements would alias) ---- */
+    CASE(175, F_BWD, "dq", "dq.stride[2] = 0", f->dq.stride[2] = 0)
+    CASE(176, F_BWD, "dv", "dv.stride[0] = 0", f->dv.stride[0] = 0)
+    CASE(177, F_KV, "out", "kvcache out.stride[1] = 0", f->out.stride[1] = 0)
+    CASE(178, F_KV, "k_cache", "k_cache.stride[1] = 0 with k_new (the cache is written)", f->kc.stride[1] = 0)
+    CASE(179, F_COMBINE, "out", "combine out.stride[2] = 0", f->out.stride[2] = 0)
+    CASE(180, F_FWD_VL, "out", "varlen out.stride[1] = 0", f->out.stride[1] = 0)
+    CASE(181, F_QUERY, "out", "query out.stride[0] = 0", f->out.stride[0] = 0)
+    /* ---- fa_query / fa_query_backward: every argument ---- */
+    CASE(185, F_QUERY, "out", "query out NULL", f->pout = NULL)
+    CASE(186, F_QUERY, "q", "query q NULL", f->pq = NULL)
+    CASE(187, F_QUERY, "k", "query k NULL", f->pk = NULL)
+    CASE(188, F_QUERY, "v", "query v NULL", f->pv = NULL)
+    CASE(189, F_QUERY, "q", "query q.dtype invalid", f->q.dtype = (fa_dtype)4)
+    CASE(190, F_QUERY, "opt->bias", "query bias Sk mismatch", f->bias.shape[3] = SK + 1; f->opt.bias = &f->bias)
+    CASE(191, F_QUERY, "opt->scale", "query scale NaN", f->opt.scale = NAN)
+    CASE(192, F_QUERY_BWD, "dq", "query_backward dq NULL", f->pdq = NULL)
+    CASE(193, F_QUERY_BWD, "dk", "query_backward dk NULL", f->pdk = NULL)
+    CASE(194, F_QUERY_BWD, "dv", "query_backward dv NULL", f->pdv = NULL)
+    CASE(195, F_QUERY_BWD, "dout", "query_backward dout NULL", f->pdout = NULL)
+    CASE(196, F_QUERY_BWD, "out", "query_backward out NULL", f->pobwd = NULL)
+    CASE(197, F_QUERY_BWD, "q", "query_backward q NULL", f->pq = NULL)
+    CASE(198, F_QUERY_BWD, "k", "query_backward k NULL", f->pk = NULL)
+    CASE(199, F_QUERY_BWD, "v", "query_backward v NULL", f->pv = NULL)
+    CASE(200, F_QUERY_BWD, "dsinks", "query_backward dsinks without sinks", f->dsinks = f->m->dsinks)
+    CASE(201, F_QUERY_BWD, "dk", "query_backward dk shape mismatch", f->dk.shape[1] = SK + 1)
+    CASE(202, F_QUERY_BWD, "dv", "query_backward dv dtype", f->dv.dtype = FA_BF16)
+    CASE(203, F_QUERY_BWD, "opt->dropout_p", "query_backward dropout_p = -1", f->opt.dropout_p = -1.0f)
+    /* ---- fa_combine: every argument ---- */
+    CASE(205, F_COMBINE, "out_parts", "out_parts[0].data NULL", f->parts[0].data = NULL)
+    CASE(206, F_COMBINE, "lse_parts", "lse_parts[0] NULL", f->lps[0] = NULL)
+    CASE(207, F_COMBINE, "out", "combine out.data NULL", f->out.data = NULL)
+    CASE(208, F_COMBINE, "out", "combine out.dtype invalid", f->out.dtype = (fa_dtype)3)
+    CASE(209, F_COMBINE, "n", "n = INT_MIN", f->n = -2147483647 - 1)
+    CASE(210, F_COMBINE, "out_parts", "out_parts[1] negative shape", f->parts[1].shape[0] = -2)
+    /* ---- varlen and kvcache: arguments not broken above ---- */
+    CASE(215, F_FWD_VL, "k|q", "varlen k.shape[0] = 2", f->k.shape[0] = 2; f->k.shape[1] = SK)
+    CASE(216, F_FWD_VL, "max_seqlen_k", "max_seqlen_k negative", f->maxk = -3)
+    CASE(217, F_FWD_VL, "batch", "batch > INT32_MAX", f->batch = (int64_t)INT32_MAX + 1)
+    CASE(218, F_BWD_VL, "dq", "backward varlen dq NULL", f->pdq = NULL)
+    CASE(219, F_BWD_VL, "cu_seqlens_q", "backward varlen cu_seqlens_q NULL", f->cuq = NULL)
+    CASE(220, F_FWD_VL, "cu_seqlens_k", "cu_seqlens_k negative entry", f->m->cuk[1] = -5)
+    CASE(221, F_KV_PAGED, "max_pages_per_seq", "max_pages_per_seq = 0", f->maxpages = 0)
+    CASE(222, F_KV_PAGED, "k_cache|page_size", "page_size 0", f->kc.shape[1] = 0; f->vc.shape[1] = 0)
+    CASE(223, F_KV_PAGED, "max_pages_per_seq", "max_pages_per_seq x page_size overflows", f->maxpages = INT64_MAX / 2)
+    CASE(224, F_KV, "v_new", "v_new dtype", f->vn.dtype = FA_BF16)
+    CASE(225, F_KV, "q", "kvcache q NULL", f->pq = NULL)
+    CASE(226, F_KV, "v_cache", "v_cache dtype", f->vc.dtype = FA_F32)
+    CASE(227, F_KV, "k_new", "k_new negative stride", f->kn.stride[1] = -32)
+    CASE(228, F_KV, "v_new", "v_new.data NULL", f->vn.data = NULL)
+    CASE(229, F_KV_PAGED, "block_table", "block_table entry INT32_MAX", f->m->bt[4] = INT32_MAX)
     default: return -1;
     }
 #undef CASE
 }
-#define N_MUT 145
+#define N_MUT 230
 
 /* whole-word search of any alternative in "a|b|c" */
 static int names_arg(const char *msg, const char *expect)
@@ -490,6 +563,170 @@ START_TEST(test_bad_env_backend)
 }
 END_TEST
 
+/* KV cache lengths near INT64_MAX, reachable with stride-0 views of a few bytes (a
+   tensor's element count may be INT64_MAX when the other dimensions are 1):
+   - k_new/v_new of INT64_MAX - 1 rows (stride 0) appended at cache_seqlens = 3: the cache
+     overflows, INVALID_ARG naming cache_seqlens, nothing written;
+   - a paged cache whose one page has INT64_MAX rows (stride 0, not appended to), 3 of
+     them in use: a valid call, every key the same row, so out = v and
+     lse = log(3) + scale * q.k. */
+START_TEST(test_kvcache_extreme_lengths)
+{
+    fa_backend bes[8];
+    int nb = tu_backends(bes);
+    for (int bi = 0; bi < nb; bi++) {
+        const char *be = tu_backend_name(bes[bi]);
+        fa_context *ctx = tu_ctx(bes[bi]);
+        float qv[1] = { 0.75f }, kc[12], vc[12], kn[1] = { 0.5f }, vn[1] = { -2.0f };
+        float out[1] = { NAN }, lse[1] = { NAN };
+        for (int i = 0; i < 12; i++) { kc[i] = 0.125f * (float)(i + 1); vc[i] = -0.25f * (float)(i + 1); }
+        float kc0[12], vc0[12];
+        memcpy(kc0, kc, sizeof kc); memcpy(vc0, vc, sizeof vc);
+        fa_tensor q = fa_tensor_contiguous(qv, FA_F32, 1, 1, 1, 1);
+        fa_tensor o = fa_tensor_contiguous(out, FA_F32, 1, 1, 1, 1);
+        fa_tensor tkc = fa_tensor_contiguous(kc, FA_F32, 1, 12, 1, 1);
+        fa_tensor tvc = fa_tensor_contiguous(vc, FA_F32, 1, 12, 1, 1);
+        int32_t cs[1] = { 3 }, bt[1] = { 0 };
+        for (int variant = 0; variant < 2; variant++) {
+            int64_t rows = variant == 0 ? INT64_MAX - 1 : INT64_MAX;
+            fa_tensor tkn = fa_tensor_contiguous(kn, FA_F32, 1, 1, 1, 1);
+            fa_tensor tvn = fa_tensor_contiguous(vn, FA_F32, 1, 1, 1, 1);
+            tkn.shape[1] = tvn.shape[1] = rows;
+            tkn.stride[0] = tkn.stride[1] = tvn.stride[0] = tvn.stride[1] = 0;
+            fa_status st = fa_forward_kvcache(ctx, &o, lse, &q, &tkc, &tvc, &tkn, &tvn, cs, NULL,
+                                              0, NULL);
+            const char *msg = fa_last_error(ctx);
+            ck_assert_msg(st == FA_ERR_INVALID_ARG,
+                          "%s: kvcache with S_new = %lld at cache_seqlens 3 (capacity 12): "
+                          "status %d (%s), want INVALID_ARG; '%s'", be, (long long)rows, (int)st,
+                          fa_status_string(st), msg);
+            ck_assert_msg(names_arg(msg, "cache_seqlens|k_new"), "%s: message '%s'", be, msg);
+            ck_assert_msg(memcmp(kc, kc0, sizeof kc) == 0 && memcmp(vc, vc0, sizeof vc) == 0 &&
+                          isnan(out[0]) && isnan(lse[0]), "%s: the failing call wrote", be);
+        }
+        /* paged, one page of INT64_MAX rows, all the same memory */
+        fa_tensor pk = tkc, pv = tvc;
+        pk.shape[1] = pv.shape[1] = INT64_MAX;
+        pk.stride[0] = pk.stride[1] = pv.stride[0] = pv.stride[1] = 0;
+        fa_status st = fa_forward_kvcache(ctx, &o, lse, &q, &pk, &pv, NULL, NULL, cs, bt, 1, NULL);
+        ck_assert_msg(st == FA_OK, "%s: paged cache with page_size INT64_MAX (stride 0), 3 keys: "
+                      "%d (%s): %s", be, (int)st, fa_status_string(st), fa_last_error(ctx));
+        double want_lse = log(3.0) + 0.75 * 0.125;   /* scale 1/sqrt(1) */
+        ck_assert_msg(fabs(out[0] - vc[0]) < 1e-6 && fabs(lse[0] - want_lse) < 1e-6,
+                      "%s: out %.9g (want %.9g), lse %.9g (want %.9g)", be, out[0], vc[0],
+                      lse[0], want_lse);
+        fa_context_destroy(ctx);
+    }
+}
+END_TEST
+
+/* Valid calls at the edges of what validation lets through: no query heads with KV heads
+   (0 % Hkv == 0: an empty problem, API.md item 11), and inputs with stride 0 on an
+   extent > 1 (inputs may alias themselves; only outputs may not). */
+START_TEST(test_edge_valid_calls)
+{
+    fa_backend bes[8];
+    int nb = tu_backends(bes);
+    for (int bi = 0; bi < nb; bi++) {
+        const char *be = tu_backend_name(bes[bi]);
+        fa_context *ctx = tu_ctx(bes[bi]);
+        float q[64], k[80], v[80], o[64], dq[64], dk[80], dv[80], dout[64], lse[64];
+        for (int i = 0; i < 80; i++) { k[i] = 0.01f * (float)i; v[i] = 1.0f - 0.02f * (float)i; dk[i] = dv[i] = NAN; }
+        for (int i = 0; i < 64; i++) { q[i] = 0.03f * (float)(i % 7); dout[i] = 0.5f; o[i] = dq[i] = lse[i] = NAN; }
+        /* H = 0, Hkv = 2: q/out [1, 3, 0, 8], k/v [1, 5, 2, 8] */
+        fa_tensor tq = fa_tensor_contiguous(q, FA_F32, 1, 3, 0, 8), to = fa_tensor_contiguous(o, FA_F32, 1, 3, 0, 8);
+        fa_tensor tk = fa_tensor_contiguous(k, FA_F32, 1, 5, 2, 8), tv = fa_tensor_contiguous(v, FA_F32, 1, 5, 2, 8);
+        fa_status st = fa_forward(ctx, &to, lse, &tq, &tk, &tv, NULL);
+        ck_assert_msg(st == FA_OK, "%s: forward with H=0, Hkv=2: %d %s", be, (int)st, fa_last_error(ctx));
+        fa_tensor tdq = fa_tensor_contiguous(dq, FA_F32, 1, 3, 0, 8), tdo = fa_tensor_contiguous(dout, FA_F32, 1, 3, 0, 8);
+        fa_tensor tdk = fa_tensor_contiguous(dk, FA_F32, 1, 5, 2, 8), tdv = fa_tensor_contiguous(dv, FA_F32, 1, 5, 2, 8);
+        st = fa_backward(ctx, &tdq, &tdk, &tdv, NULL, &tdo, &tq, &tk, &tv, &to, lse, NULL);
+        ck_assert_msg(st == FA_OK, "%s: backward with H=0, Hkv=2: %d %s", be, (int)st, fa_last_error(ctx));
+        for (int i = 0; i < 80; i++)   /* no query reads any key: dk = dv = 0 */
+            ck_assert_msg(dk[i] == 0.0f && dv[i] == 0.0f, "%s: H=0: dk/dv[%d] = %g/%g, want 0", be, i, dk[i], dv[i]);
+        /* k and v with stride 0 on the sequence: every key the same row, out = v row 0 */
+        tq = fa_tensor_contiguous(q, FA_F32, 1, 3, 2, 8); to = fa_tensor_contiguous(o, FA_F32, 1, 3, 2, 8);
+        tk = fa_tensor_contiguous(k, FA_F32, 1, 5, 2, 8); tv = fa_tensor_contiguous(v, FA_F32, 1, 5, 2, 8);
+        tk.stride[1] = tv.stride[1] = 0;
+        st = fa_forward(ctx, &to, lse, &tq, &tk, &tv, NULL);
+        ck_assert_msg(st == FA_OK, "%s: forward with k/v stride[1] = 0: %d %s", be, (int)st, fa_last_error(ctx));
+        for (int s = 0; s < 3; s++)
+            for (int h = 0; h < 2; h++)
+                for (int d = 0; d < 8; d++)
+                    ck_assert_msg(fabsf(o[(s * 2 + h) * 8 + d] - v[h * 8 + d]) < 1e-6f,
+                                  "%s: stride-0 keys: out[%d,%d,%d] = %g, want %g", be, s, h, d,
+                                  o[(s * 2 + h) * 8 + d], v[h * 8 + d]);
+        fa_context_destroy(ctx);
+    }
+}
+END_TEST
+
+/* The context knobs on the host backends: set_device / set_stream / set_threads /
+   set_tiles, good and bad values, and the context still works after each. */
+START_TEST(test_context_knobs)
+{
+    fa_backend bes[8];
+    int nb = tu_backends(bes);
+    mem_t *m = malloc(sizeof *m);
+    for (int bi = 0; bi < nb; bi++) {
+        const char *be = tu_backend_name(bes[bi]);
+        fa_context *ctx = tu_ctx(bes[bi]);
+        int host = bes[bi] == FA_BACKEND_REFERENCE || bes[bi] == FA_BACKEND_CPU;
+        fa_status st = fa_context_set_device(ctx, -1);
+        ck_assert_msg(st == FA_ERR_INVALID_ARG, "%s: set_device(-1) = %d", be, (int)st);
+        ck_assert_msg(names_arg(fa_last_error(ctx), "device") &&
+                      strncmp(fa_last_error(ctx), "fa_context_set_device:", 22) == 0,
+                      "%s: set_device(-1): '%s'", be, fa_last_error(ctx));
+        st = fa_context_set_device(ctx, INT32_MIN);
+        ck_assert_msg(st == FA_ERR_INVALID_ARG, "%s: set_device(INT_MIN) = %d", be, (int)st);
+        if (host) {
+            st = fa_context_set_device(ctx, 0);
+            ck_assert_msg(st == FA_ERR_UNSUPPORTED, "%s: set_device(0) on a host backend = %d", be, (int)st);
+            st = fa_context_set_stream(ctx, (void *)(uintptr_t)0x1000);
+            ck_assert_msg(st == FA_ERR_UNSUPPORTED, "%s: set_stream(non-NULL) on a host backend = %d",
+                          be, (int)st);
+            ck_assert_msg(strncmp(fa_last_error(ctx), "fa_context_set_stream:", 22) == 0,
+                          "%s: set_stream: '%s'", be, fa_last_error(ctx));
+            ck_assert_int_eq(fa_context_set_stream(ctx, NULL), FA_OK);
+        }
+        st = fa_context_set_threads(ctx, INT32_MIN);
+        ck_assert_msg(st == FA_ERR_INVALID_ARG, "%s: set_threads(INT_MIN) = %d", be, (int)st);
+        st = fa_context_set_threads(ctx, 2);
+        ck_assert_msg(st == (bes[bi] == FA_BACKEND_REFERENCE ? FA_ERR_UNSUPPORTED : FA_OK),
+                      "%s: set_threads(2) = %d", be, (int)st);
+        ck_assert_int_eq(fa_context_set_threads(ctx, 0), FA_OK);
+        st = fa_context_set_tiles(ctx, INT32_MIN, 0);
+        ck_assert_msg(st == FA_ERR_INVALID_ARG, "%s: set_tiles(INT_MIN, 0) = %d", be, (int)st);
+        /* odd and large positive tiles are accepted (rounded); the context still computes */
+        static const int tiles[][2] = { { 1, 1 }, { 3, 5 }, { 17, 1000 }, { 100000, 100000 } };
+        for (int t = 0; t < 4; t++) {
+            st = fa_context_set_tiles(ctx, tiles[t][0], tiles[t][1]);
+            ck_assert_msg(st == FA_OK, "%s: set_tiles(%d, %d) = %d: %s", be, tiles[t][0],
+                          tiles[t][1], (int)st, fa_last_error(ctx));
+            mem_fill(m);
+            fx f;
+            fx_init(&f, m, F_FWD);
+            st = fx_call(ctx, &f, F_FWD);
+            ck_assert_msg(st == FA_OK, "%s: forward with tiles %dx%d: %d %s", be, tiles[t][0],
+                          tiles[t][1], (int)st, fa_last_error(ctx));
+            fx_init(&f, m, F_BWD);
+            st = fx_call(ctx, &f, F_BWD);
+            ck_assert_msg(st == FA_OK, "%s: backward with tiles %dx%d: %d %s", be, tiles[t][0],
+                          tiles[t][1], (int)st, fa_last_error(ctx));
+        }
+        ck_assert_int_eq(fa_context_set_tiles(ctx, 0, 0), FA_OK);
+        ck_assert_msg(fa_context_describe(ctx) && *fa_context_describe(ctx), "%s: describe", be);
+        fa_context_destroy(ctx);
+    }
+    free(m);
+    ck_assert_int_eq((int)fa_dtype_size((fa_dtype)7), 0);
+    ck_assert_int_eq((int)fa_dtype_size((fa_dtype)-1), 0);
+    ck_assert_msg(fa_status_string((fa_status)99) != NULL, "fa_status_string(99) is NULL");
+    ck_assert_msg(fa_context_backend(NULL) == FA_BACKEND_AUTO, "fa_context_backend(NULL)");
+    ck_assert_msg(fa_context_describe(NULL) != NULL, "fa_context_describe(NULL) is NULL");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("bad_input");
@@ -501,5 +738,8 @@ int main(void)
     TU_ADD(s, test_valid_fixtures, 60);
     TU_ADD(s, test_bad_context_args, 30);
     TU_ADD(s, test_bad_env_backend, 30);
+    TU_ADD(s, test_kvcache_extreme_lengths, 30);
+    TU_ADD(s, test_edge_valid_calls, 30);
+    TU_ADD(s, test_context_knobs, 60);
     return tu_main(s);
 }
