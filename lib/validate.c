@@ -354,15 +354,19 @@ fa_status fa_build_kvcache(fa_context *ctx, const char *fn, fa_problem *p,
         TRY(chk_dim(ctx, fn, "k_cache", k_cache, 0, "q", q, 0));
         capacity = k_cache->shape[1];
     }
-    /* Contents of device arrays are checked by the backend (FA_DEBUG=1). */
+    /* Contents of device arrays are checked by the backend (FA_DEBUG=1). On the host the
+       longest sequence, not the capacity, bounds the keys (a paged cache's capacity may be
+       far beyond anything stored, e.g. a stride-0 page of 2^62 rows). */
+    int64_t longest = 0;
     for (int64_t b = 0; b < (ctx->ops->device_memory ? 0 : B); b++) {
         int64_t len = cache_seqlens[b];
         if (len < 0) BAD("%s: cache_seqlens[%lld]=%lld is negative", fn, (ll)b, (ll)len);
         if (s_new > capacity || len > capacity - s_new)   /* len + s_new > capacity */
             BAD("%s: cache_seqlens[%lld]=%lld + S_new=%lld exceeds the cache capacity %lld",
                 fn, (ll)b, (ll)len, (ll)s_new, (ll)capacity);
-        if (!block_table) continue;
         int64_t total = len + s_new;                        /* <= capacity: no overflow */
+        if (total > longest) longest = total;
+        if (!block_table) continue;
         int64_t used = total / page_size + (total % page_size != 0);
         for (int64_t g = 0; g < used; g++) {
             int64_t e = block_table[b * max_pages_per_seq + g];
@@ -380,7 +384,7 @@ fa_status fa_build_kvcache(fa_context *ctx, const char *fn, fa_problem *p,
     p->block_table = block_table;
     p->max_pages = block_table ? max_pages_per_seq : 0;
     p->page_size = page_size;
-    p->max_sk = capacity;
+    p->max_sk = ctx->ops->device_memory ? capacity : longest;
     return chk_options(ctx, fn, p, opt, 0);
 }
 
