@@ -119,7 +119,12 @@ static fa_status fa_context_new(fa_context **out, fa_backend kind, const fa_back
     if (ops->init) {
         fa_status st = ops->init(ctx);
         if (st != FA_OK) {
-            fa_set_error(NULL, st, "%s", ctx->err);
+            /* every context-less message starts with the function's name */
+            if (strncmp(ctx->err, "fa_context_create:", 18) == 0)
+                fa_set_error(NULL, st, "%s", ctx->err);
+            else
+                fa_set_error(NULL, st, "fa_context_create: backend %s: %s", ops->name,
+                             ctx->err[0] ? ctx->err : fa_status_string(st));
             free(ctx);
             return st;
         }

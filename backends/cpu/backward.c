@@ -59,6 +59,30 @@ static const void *qptr(const fa_tensor *t, const fa_seq *s, int64_t i, int64_t 
     return (const char *)t->data + fa_qrow(t, s, i, h) * (int64_t)fa_dtype_size(t->dtype);
 }
 
+/* Pack row r of a Q-side block: Q (row-major qc, transposed qt), dO (doc, dot), lse and D.
+   A fully masked row (lse = -inf) contributes nothing: its Q, dO and D are packed as zeros
+   (exact, since its P is 0), so a NaN it holds cannot reach dK/dV through 0 * NaN. */
+static void pack_q_row(const fa_problem *p, const fa_cpu_kernels *K, const fa_seq *sq,
+                       int64_t b, int64_t h, int64_t i, int r, int64_t ldq, int64_t ldk,
+                       int64_t ldv, const float *D, float *qt, float *qc, float *dot,
+                       float *doc, float *lsev, float *dd)
+{
+    const int64_t dqk = p->dqk, dv = p->dv;
+    int64_t li = fa_lse_index(p, sq, b, h, i);
+    float lv = p->lse_in[li];
+    if (lv == -INFINITY) {
+        for (int64_t c = 0; c < dqk; c++) qc[r * ldk + c] = 0.0f;
+        for (int64_t c = 0; c < dv; c++) doc[r * ldv + c] = 0.0f;
+    } else {
+        K->cvt_in(qc + r * ldk, qptr(&p->q, sq, i, h), dqk, p->q.dtype);
+        K->cvt_in(doc + r * ldv, qptr(&p->dout, sq, i, h), dv, p->dout.dtype);
+    }
+    for (int64_t c = 0; c < dqk; c++) qt[c * ldq + r] = qc[r * ldk + c];
+    for (int64_t c = 0; c < dv; c++) dot[c * ldq + r] = doc[r * ldv + c];
+    lsev[r] = lv == -INFINITY ? INFINITY : lv;
+    dd[r] = lv == -INFINITY ? 0.0f : D[li];
+}
+
 fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
 {
     const fa_cpu_kernels *K = ((const fa_cpu_state *)ctx->impl)->k;
@@ -175,17 +199,9 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                 memset(qt, 0, sizeof(float) * (size_t)qblk);
                 if (i0 >= sq.sq) continue;
                 int ni = (int)(sq.sq - i0 < bq ? sq.sq - i0 : bq);
-                for (int r = 0; r < ni; r++) {
-                    int64_t i = i0 + r;
-                    K->cvt_in(qc + r * ldk, qptr(&p->q, &sq, i, h), dqk, p->q.dtype);
-                    K->cvt_in(doc + r * ldv, qptr(&p->dout, &sq, i, h), dv, p->dout.dtype);
-                    for (int64_t c = 0; c < dqk; c++) qt[c * ldq + r] = qc[r * ldk + c];
-                    for (int64_t c = 0; c < dv; c++) dot[c * ldq + r] = doc[r * ldv + c];
-                    int64_t li = fa_lse_index(p, &sq, b, h, i);
-                    float lv = p->lse_in[li];
-                    lsev[r] = lv == -INFINITY ? INFINITY : lv;
-                    dd[r] = D[li];
-                }
+                for (int r = 0; r < ni; r++)
+                    pack_q_row(p, K, &sq, b, h, i0 + r, r, ldq, ldk, ldv, D, qt, qc, dot, doc,
+                               lsev, dd);
             }
         }
 
@@ -245,17 +261,9 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                             flag = &w.qflag[(h - hk * p->group) * nqbmax + qb];
                         }
                         if (!qsh && (!flag || !*flag)) {
-                            for (int r = 0; r < ni; r++) {
-                                int64_t i = i0 + r;
-                                K->cvt_in(qc + r * ldk, qptr(&p->q, &sq, i, h), dqk, p->q.dtype);
-                                K->cvt_in(doc + r * ldv, qptr(&p->dout, &sq, i, h), dv, p->dout.dtype);
-                                for (int64_t x = 0; x < dqk; x++) qt[x * ldq + r] = qc[r * ldk + x];
-                                for (int64_t x = 0; x < dv; x++) dot[x * ldq + r] = doc[r * ldv + x];
-                                int64_t li = fa_lse_index(p, &sq, b, h, i);
-                                float lv = p->lse_in[li];
-                                lsev[r] = lv == -INFINITY ? INFINITY : lv;
-                                dd[r] = D[li];
-                            }
+                            for (int r = 0; r < ni; r++)
+                                pack_q_row(p, K, &sq, b, h, i0 + r, r, ldq, ldk, ldv, D, qt, qc,
+                                           dot, doc, lsev, dd);
                             if (flag) *flag = 1;
                         }
                         K->gemm_rowA(nk, ni, (int)dqk, w.kc, ldk, qt, ldq, w.s, ldq, 0);
