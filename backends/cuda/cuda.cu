@@ -37,6 +37,8 @@ typedef struct {
     size_t mem;
     int req_bq, req_bkv;
     int force_general;               /* FA_CUDA_FWD=general: the general forward kernel always */
+    int use_sm90;                    /* the Hopper forward (forward_sm90.cuh) serves the fast set */
+    int sm90_vdesc;                  /* FA_SM90_VDESC: layout variant of V's descriptor (diagnostic) */
     char qname[160];
 } cuda_impl;
 
@@ -92,6 +94,12 @@ static fa_status cuda_init(fa_context *ctx)
     im->debug = dbg && !strcmp(dbg, "1");
     const char *fk = getenv("FA_CUDA_FWD");
     im->force_general = fk && !strcmp(fk, "general");
+    /* The wgmma forward exists only in builds that compiled sm_90a code (FA_SM90A) and runs
+       only on compute capability 9.0 exactly (sm_90a code does not run on later chips);
+       FA_CUDA_FWD=sm80 keeps the sm80 kernels there (A/B timing). */
+    im->use_sm90 = FA_SM90A && im->cc_major == 9 && im->cc_minor == 0 && !(fk && (!strcmp(fk, "sm80") || im->force_general));
+    const char *vd = getenv("FA_SM90_VDESC");
+    im->sm90_vdesc = vd && !strcmp(vd, "1");
     ctx->impl = im;
     H->verbose(ctx, "cuda: device 0 %s sm%d%d, %d SMs, %d KiB smem/block, %d MiB L2", im->name,
                im->cc_major, im->cc_minor, im->sms, im->smem_optin / 1024, im->l2 >> 20);
@@ -122,6 +130,12 @@ static void cuda_describe(const fa_context *ctx, char *buf, size_t len)
                "double-buffered%s\n",
                im->force_general ? "; FA_CUDA_FWD=general: every call" : "",
                im->req_bq || im->req_bkv ? "; requested tiles ignored: the kernels are compiled for fixed tiles" : "");
+    if (im->use_sm90)
+        H->appendf(buf, len,
+                   "forward on this chip (compute capability 9.0): cuda/sm90 wgmma kernel for the fast "
+                   "kernel's feature set: 2 warpgroups x 64 query rows, tiles 128 x 128 (d256: 128 x 64), "
+                   "Q, K, V in 128-byte swizzled shared memory, K/V double-buffered with cp.async, "
+                   "S = Q K^T and O += P V on wgmma (P from registers)\n");
     H->appendf(buf, len,
                "split-kv: when batch*heads*ceil(Sq/128) < %d SMs (decode), keys are split over up to "
                "%d blocks and merged by the combine kernel\n", im->sms, FA_CU_MAX_PARTS);
@@ -211,6 +225,7 @@ static fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, in
                               : p->dropout_p > 0.f ? "dropout" : !(p->scale > 0.f) ? "scale <= 0"
                               : fa_fwd_fast_smem(*D) > im->smem_optin ? "shared memory" : NULL;
     *fast = general_why == NULL;
+    if (*fast && im->use_sm90 && fa_fwd_sm90_smem(*D) <= im->smem_optin) *fast = 2;
     if (!*fast && fa_fwd_smem(*D) > im->smem_optin)
         return H->set_error(ctx, FA_ERR_UNSUPPORTED,
                             "cuda: head-dim class %d needs %d KiB shared memory per block; %s allows %d KiB",
@@ -262,7 +277,7 @@ static fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, in
         k->dropout_p = p->dropout_p; k->drop_k0 = p->drop.k0; k->drop_k1 = p->drop.k1;
         k->drop_threshold = p->drop.threshold; k->keep_scale = p->drop.keep_scale;
     }
-    const int bm = *fast ? fa_fwd_fast_bm(*D) : 128;
+    const int bm = *fast == 2 ? FA_FWD_SM90_BM : *fast ? fa_fwd_fast_bm(*D) : 128;
     k->m_blocks = (int)((p->max_sq + bm - 1) / bm);
     if (k->m_blocks == 0) k->m_blocks = 1;
     /* Split-KV when the grid would leave SMs idle; depends on shapes and the SM count only. */
@@ -277,7 +292,10 @@ static fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, in
     }
     k->n_splits = splits;
     *blocks = base * splits;
-    if (*fast)
+    if (*fast == 2)
+        snprintf(im->qname, sizeof im->qname, "cuda/sm90 fwd %s d%d wgmma %dx%d 2 warpgroups%s", dtname(p->q.dtype), *D,
+                 bm, fa_fwd_sm90_bn(*D), splits > 1 ? " split-kv" : "");
+    else if (*fast)
         snprintf(im->qname, sizeof im->qname, "cuda/sm80 fwd %s d%d fast %dx64 4 warps%s", dtname(p->q.dtype), *D,
                  bm, splits > 1 ? " split-kv" : "");
     else
@@ -364,7 +382,8 @@ static fa_status cuda_forward(fa_context *ctx, const fa_problem *p)
     cudaSetDevice(im->device);
     if (im->debug && (st = debug_check(ctx, p)) != FA_OK) return st;
     H->verbose(ctx, "cuda: forward %s (%lld blocks of %d threads, %d B shared memory)", im->qname,
-               (long long)blocks, fast ? FA_FWD_FAST_NT : 256, fast ? fa_fwd_fast_smem(D) : fa_fwd_smem(D));
+               (long long)blocks, fast == 2 ? FA_FWD_SM90_NT : fast ? FA_FWD_FAST_NT : 256,
+               fast == 2 ? fa_fwd_sm90_smem(D) : fast ? fa_fwd_fast_smem(D) : fa_fwd_smem(D));
     if (blocks == 0 || p->hq == 0 || p->batch == 0) return FA_OK;
     void *ws = NULL;
     cudaError_t e = cudaSuccess;
@@ -377,7 +396,17 @@ static fa_status cuda_forward(fa_context *ctx, const fa_problem *p)
         k.lse_part = k.o_part + (size_t)k.n_splits * rows * p->dv;
     }
     const bool bf = p->q.dtype == FA_BF16;
-    if (fast) switch (D) {
+    if (fast == 2) {
+#if FA_SM90A
+        const int vd = im->sm90_vdesc;
+        switch (D) {
+        case 64: e = bf ? fa_fwd_sm90_launch<__nv_bfloat16, 64>(k, blocks, im->stream, vd) : fa_fwd_sm90_launch<__half, 64>(k, blocks, im->stream, vd); break;
+        case 128: e = bf ? fa_fwd_sm90_launch<__nv_bfloat16, 128>(k, blocks, im->stream, vd) : fa_fwd_sm90_launch<__half, 128>(k, blocks, im->stream, vd); break;
+        default: e = bf ? fa_fwd_sm90_launch<__nv_bfloat16, 256>(k, blocks, im->stream, vd) : fa_fwd_sm90_launch<__half, 256>(k, blocks, im->stream, vd); break;
+        }
+#endif
+    }
+    else if (fast) switch (D) {
     case 64: e = bf ? fa_fwd_fast_launch<__nv_bfloat16, 64>(k, blocks, im->stream) : fa_fwd_fast_launch<__half, 64>(k, blocks, im->stream); break;
     case 128: e = bf ? fa_fwd_fast_launch<__nv_bfloat16, 128>(k, blocks, im->stream) : fa_fwd_fast_launch<__half, 128>(k, blocks, im->stream); break;
     default: e = bf ? fa_fwd_fast_launch<__nv_bfloat16, 256>(k, blocks, im->stream) : fa_fwd_fast_launch<__half, 256>(k, blocks, im->stream); break;

@@ -5,6 +5,11 @@
 #include <cuda_runtime.h>
 #include "params.h"
 
+/* 1 when the build compiled the sm_90a files (configure: 90 in --with-cuda-arch). */
+#ifndef FA_SM90A
+#define FA_SM90A 0
+#endif
+
 /* k_new / v_new views for the KV-cache append ([B, s_new, Hkv, d], strides in elements). */
 typedef struct {
     const void *k_new, *v_new;
@@ -24,6 +29,17 @@ template <typename T, int D> cudaError_t fa_fwd_fast_launch(const fa_cu_fwd &p, 
 #define FA_FWD_FAST_NT 128
 static constexpr inline int fa_fwd_fast_bm(int D) { return D >= 256 ? 64 : 128; }
 static constexpr inline int fa_fwd_fast_smem(int D) { return (fa_fwd_fast_bm(D) + 2 * FA_FWD_FAST_BN) * D * 2; }
+
+/* forward_sm90_dNNN.cu (built for sm_90a only, FA_SM90A = 1): the Hopper forward
+   (forward_sm90.cuh: wgmma for both products, 2 warpgroups, 128 query rows, BN keys per KV
+   tile, K/V double-buffered), same feature set as the fast kernel. desc_variant 0 is the
+   layout of V's descriptor the kernel was written for; 1 swaps its two byte offsets (a
+   diagnostic, FA_SM90_VDESC=1). */
+template <typename T, int D> cudaError_t fa_fwd_sm90_launch(const fa_cu_fwd &p, int64_t blocks, cudaStream_t st, int desc_variant);
+static constexpr inline int fa_fwd_sm90_bn(int D) { return D >= 256 ? 64 : 128; }
+static constexpr inline int fa_fwd_sm90_smem(int D) { return (128 + 4 * fa_fwd_sm90_bn(D)) * D * 2 + 1024; }
+#define FA_FWD_SM90_BM 128
+#define FA_FWD_SM90_NT 256
 
 /* backward_sm80_dNNN.cu: the dK/dV/dQ kernel of head-dim class D (one block = 64 keys of one
    KV head, looping over the query tiles of every query head of its group). */

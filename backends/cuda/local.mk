@@ -11,15 +11,18 @@ FA_CUDA_SRC = backends/cuda/cuda.cu backends/cuda/combine.cu backends/cuda/backw
 	backends/cuda/backward_sm80_d256.cu backends/cuda/forward_sm80_d256.cu \
 	backends/cuda/backward_sm80_d128.cu backends/cuda/forward_sm80_d128.cu \
 	backends/cuda/backward_sm80_d64.cu backends/cuda/forward_sm80_d64.cu
-FA_CUDA_HDR = backends/cuda/common.cuh backends/cuda/forward_sm80.cuh backends/cuda/forward_fast.cuh backends/cuda/backward_sm80.cuh \
+# The Hopper forward: compiled for sm_90a only (NVCC_SM90A_FLAGS, from configure).
+FA_CUDA_SM90_SRC = backends/cuda/forward_sm90_d256.cu backends/cuda/forward_sm90_d128.cu backends/cuda/forward_sm90_d64.cu
+FA_CUDA_HDR = backends/cuda/forward_sm90.cuh backends/cuda/wgmma_ops.cuh backends/cuda/common.cuh backends/cuda/forward_sm80.cuh backends/cuda/forward_fast.cuh backends/cuda/backward_sm80.cuh \
 	backends/cuda/kernels.h backends/cuda/params.h
-EXTRA_DIST += $(FA_CUDA_SRC) $(FA_CUDA_HDR) backends/cuda/nvcc-lt.sh backends/cuda/NEEDS.md \
+EXTRA_DIST += $(FA_CUDA_SRC) $(FA_CUDA_SM90_SRC) $(FA_CUDA_HDR) backends/cuda/gen_wgmma.py backends/cuda/nvcc-lt.sh backends/cuda/NEEDS.md \
 	tests/cuda/test_cuda.c bench/gpu/bench_gpu.c bench/gpu/run-on-gpu.sh bench/gpu/README.md \
 	bench/gpu/fwd-ab.sh bench/gpu/peers_fwd.py bench/peers/torch_sdpa_gpu.py
 
 SUFFIXES = .cu
-FA_NVCCFLAGS = -std=c++17 -O3 $(NVCC_GENCODE) --compiler-options=-fvisibility=hidden \
+FA_NVCCFLAGS_COMMON = -std=c++17 -O3 --compiler-options=-fvisibility=hidden \
 	-I$(top_srcdir)/include -I$(top_srcdir)/lib -I$(top_builddir) $(NVCCFLAGS)
+FA_NVCCFLAGS = $(NVCC_GENCODE) $(FA_SM90A_DEF) $(FA_NVCCFLAGS_COMMON)
 FA_NVCC_LT = $(LIBTOOL) $(AM_V_lt) --tag=CC --mode=compile $(SHELL) \
 	$(top_srcdir)/backends/cuda/nvcc-lt.sh "$(NVCC)"
 .cu.lo:
@@ -27,13 +30,19 @@ FA_NVCC_LT = $(LIBTOOL) $(AM_V_lt) --tag=CC --mode=compile $(SHELL) \
 
 if BUILD_CUDA
 pkglib_LTLIBRARIES = backends/cuda/flashattn_cuda.la
-backends_cuda_flashattn_cuda_la_SOURCES = $(FA_CUDA_SRC) $(FA_CUDA_HDR)
+backends_cuda_flashattn_cuda_la_SOURCES = $(FA_CUDA_SRC) $(FA_CUDA_SM90_SRC) $(FA_CUDA_HDR)
 backends_cuda_flashattn_cuda_la_LDFLAGS = -module -avoid-version -shared -no-undefined
 backends_cuda_flashattn_cuda_la_LIBADD = -L$(CUDA_HOME)/lib64 -lcudart_static -lrt -ldl -lpthread -lstdc++
 backends_cuda_flashattn_cuda_la_LINK = $(LIBTOOL) $(AM_V_lt) --tag=CC $(AM_LIBTOOLFLAGS) \
 	$(LIBTOOLFLAGS) --mode=link $(CC) $(AM_CFLAGS) $(CFLAGS) \
 	$(backends_cuda_flashattn_cuda_la_LDFLAGS) $(LDFLAGS) -o $@
 # No automatic dependency tracking for .cu: every object depends on every CUDA header.
-$(FA_CUDA_SRC:.cu=.lo): $(FA_CUDA_HDR) $(top_srcdir)/lib/problem.h $(top_srcdir)/lib/philox.h \
+backends/cuda/forward_sm90_d256.lo: backends/cuda/forward_sm90_d256.cu
+	$(AM_V_CC)$(FA_NVCC_LT) $(NVCC_SM90A_FLAGS) $(FA_NVCCFLAGS_COMMON) -c -o $@ `test -f 'backends/cuda/forward_sm90_d256.cu' || echo '$(srcdir)/'`backends/cuda/forward_sm90_d256.cu
+backends/cuda/forward_sm90_d128.lo: backends/cuda/forward_sm90_d128.cu
+	$(AM_V_CC)$(FA_NVCC_LT) $(NVCC_SM90A_FLAGS) $(FA_NVCCFLAGS_COMMON) -c -o $@ `test -f 'backends/cuda/forward_sm90_d128.cu' || echo '$(srcdir)/'`backends/cuda/forward_sm90_d128.cu
+backends/cuda/forward_sm90_d64.lo: backends/cuda/forward_sm90_d64.cu
+	$(AM_V_CC)$(FA_NVCC_LT) $(NVCC_SM90A_FLAGS) $(FA_NVCCFLAGS_COMMON) -c -o $@ `test -f 'backends/cuda/forward_sm90_d64.cu' || echo '$(srcdir)/'`backends/cuda/forward_sm90_d64.cu
+$(FA_CUDA_SRC:.cu=.lo) $(FA_CUDA_SM90_SRC:.cu=.lo): $(FA_CUDA_HDR) $(top_srcdir)/lib/problem.h $(top_srcdir)/lib/philox.h \
 	$(top_srcdir)/lib/backend.h $(top_srcdir)/include/flashattn.h
 endif

@@ -1,0 +1,329 @@
+/* forward_sm90.cuh - the Hopper forward (sm_90a): both products on wgmma, the warpgroup
+ * matrix instructions, for the feature set of the fast sm80 kernel (no bias, ALiBi, softcap
+ * or dropout; masks, sinks, GQA, varlen, KV cache, split-KV and fp32 out kept).
+ *
+ * First version (see bench/NOTES.md, "CUDA Hopper forward"): no TMA and no warp
+ * specialization yet. A block is 2 warpgroups (256 threads) and 128 query rows; each
+ * warpgroup owns 64 rows:
+ *   - Q [128 x D], K and V [BN x D] tiles live in shared memory in the 128-byte swizzled
+ *     layout wgmma reads: the D columns are cut into blocks of 64 (128 bytes per row), each
+ *     block stored as rows of 128 bytes whose 16-byte chunk c of row r sits at c ^ (r % 8);
+ *   - K/V tiles are double-buffered with cp.async: tile n+1 is in flight while tile n is
+ *     computed;
+ *   - S = Q K^T: wgmma m64nBNk16 with both operands in shared memory (K-major), D/16 steps;
+ *   - online softmax on the accumulators in registers (base 2, as the sm80 kernels);
+ *   - O += P V: wgmma m64nDk16 with P from registers (the accumulator fragment is the A
+ *     fragment's layout after the bf16/fp16 conversion) and V from shared memory read
+ *     N-major (V is [keys][D] in memory: its rows are the K dimension of this product).
+ * Tiles: BN = 128 keys for D <= 128, 64 for D = 256 (registers: S is BN/2 floats per thread,
+ * O is D/2). Shared memory: (128 + 4 BN) D 2 bytes + 1 KiB of alignment slack.
+ */
+#ifndef FA_CUDA_FORWARD_SM90_CUH
+#define FA_CUDA_FORWARD_SM90_CUH
+
+#include <math.h>
+#include <limits.h>
+#include "common.cuh"
+#include "kernels.h"
+#include "wgmma_ops.cuh"
+
+template <int D> struct fa_f90_cfg {
+    static constexpr int BM = 128, BN = fa_fwd_sm90_bn(D), NT = 256;
+    static constexpr int QB = BM * D * 2, KB = BN * D * 2;   /* bytes of one Q, K or V tile */
+    static constexpr int SMEM = fa_fwd_sm90_smem(D);
+    static_assert(SMEM == QB + 4 * KB + 1024, "kernels.h and the kernel disagree on the shared memory");
+};
+
+/* Byte offset of 16-byte chunk ch of row r in a swizzled tile of R rows. */
+template <int R>
+__device__ __forceinline__ uint32_t fa_swz128(int r, int ch)
+{
+    return (uint32_t)((ch >> 3) * (R * 128) + r * 128 + (((ch & 7) ^ (r & 7)) << 4));
+}
+
+/* Shared-memory matrix descriptor: start address, leading and stride byte offsets, 128-byte
+   swizzle (layout type 1 in bits 62-63). */
+__device__ __forceinline__ uint64_t fa_gmma_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo)
+{
+    return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)((lbo >> 4) & 0x3FFF) << 16) |
+           ((uint64_t)((sbo >> 4) & 0x3FFF) << 32) | ((uint64_t)1 << 62);
+}
+
+__device__ __forceinline__ void fa_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void fa_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void fa_wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+/* Pins a register across the asynchronous window: the compiler may not move reads or
+   writes of x across this point. */
+__device__ __forceinline__ void fa_reg_fence(float &x) { asm volatile("" : "+f"(x)::"memory"); }
+__device__ __forceinline__ void fa_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void fa_cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+/* Rows [0, nvalid) x columns [0, ncols) of a tile of R rows into the swizzled layout; the
+   rest is zero-filled (cp.async with 0 source bytes). */
+template <int D, int R, int NT, typename T, typename RowFn>
+__device__ __forceinline__ void fa_load_tile90(unsigned char *dst, int nvalid, int ncols, RowFn rowptr)
+{
+    constexpr int CPR = D / 8;
+#pragma unroll
+    for (int it = 0; it < R * CPR / NT; it++) {
+        const int c = threadIdx.x + it * NT;
+        const int r = c / CPR, ch = c % CPR;
+        const bool ok = r < nvalid && ch * 8 < ncols;
+        const T *src = ok ? rowptr(r) + ch * 8 : rowptr(0);
+        fa_cp_async16(dst + fa_swz128<R>(r, ch), src, ok ? 16 : 0);
+    }
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(256, 1) fa_fwd_sm90_kernel(const fa_cu_fwd p, const uint32_t v_lbo, const uint32_t v_sbo)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    typedef fa_f90_cfg<D> C;
+    constexpr int BM = C::BM, BN = C::BN, NT = C::NT;
+    extern __shared__ __align__(1024) unsigned char fa_smem_raw[];
+    unsigned char *smem = fa_smem_raw + ((1024 - (fa_smem_u32(fa_smem_raw) & 1023)) & 1023);
+    unsigned char *sQ = smem;
+    unsigned char *sK = sQ + C::QB;          /* 2 stages */
+    unsigned char *sV = sK + 2 * C::KB;      /* 2 stages */
+
+    int64_t bid = blockIdx.x;
+    const int mb = (int)(bid % p.m_blocks); bid /= p.m_blocks;
+    const int split = (int)(bid % p.n_splits); bid /= p.n_splits;
+    const int h = (int)(bid % p.hq);
+    const int b = (int)(bid / p.hq);
+    const fa_dseq s = fa_dev_seq(p, b);
+    const int m0 = mb * BM;
+    if (m0 >= s.sq) return;
+    const int hk = h / p.group;
+    const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+
+    const int last = min(m0 + BM, s.sq) - 1;
+    int lo = 0, hi = s.sk;
+    if (p.window_left >= 0) lo = max(0, m0 + s.off - p.window_left);
+    if (p.window_right >= 0) hi = min(s.sk, last + s.off + p.window_right + 1);
+    int nb_lo = lo / BN, nb_hi = hi > lo ? (hi + BN - 1) / BN : nb_lo;
+    {
+        int total = nb_hi - nb_lo, per = (total + p.n_splits - 1) / p.n_splits;
+        nb_lo = min(nb_hi, nb_lo + split * per);
+        nb_hi = min(nb_hi, nb_lo + per);
+    }
+    /* The rows of this warpgroup decide which of its tiles need the mask. */
+    const int wm0 = m0 + wg * 64, wlast = min(wm0 + 63, s.sq - 1);
+    const int full_lo = p.window_left >= 0 ? wlast + s.off - p.window_left : 0;
+    const int full_hi = p.window_right >= 0 ? min(s.sk, wm0 + s.off + p.window_right + 1) : s.sk;
+
+    const T *qbase = reinterpret_cast<const T *>(p.q) + s.tb * p.q_sb + (s.q0 + m0) * p.q_ss + (int64_t)h * p.q_sh;
+    const T *kbase = reinterpret_cast<const T *>(p.k) + s.tb * p.k_sb + s.k0 * p.k_ss + (int64_t)hk * p.k_sh;
+    const T *vbase = reinterpret_cast<const T *>(p.v) + s.tb * p.v_sb + s.k0 * p.v_ss + (int64_t)hk * p.v_sh;
+    const bool paged = p.block_table != nullptr;
+
+    auto load_kv = [&](int nb, int st) {
+        const int n0 = nb * BN, nval = min(BN, s.sk - n0);
+        fa_load_tile90<D, BN, NT, T>(sK + st * C::KB, nval, p.dqk, [&](int r) {
+            return paged ? reinterpret_cast<const T *>(p.k) + fa_dev_krow(p, s, b, n0 + r, hk, p.k_sb, p.k_ss, p.k_sh)
+                         : kbase + (int64_t)(n0 + r) * p.k_ss;
+        });
+        fa_load_tile90<D, BN, NT, T>(sV + st * C::KB, nval, p.dv, [&](int r) {
+            return paged ? reinterpret_cast<const T *>(p.v) + fa_dev_krow(p, s, b, n0 + r, hk, p.v_sb, p.v_ss, p.v_sh)
+                         : vbase + (int64_t)(n0 + r) * p.v_ss;
+        });
+    };
+
+    fa_load_tile90<D, BM, NT, T>(sQ, s.sq - m0, p.dqk, [&](int r) { return qbase + (int64_t)r * p.q_ss; });
+    if (nb_lo < nb_hi) load_kv(nb_lo, 0);
+    fa_cp_async_commit();
+
+    float oacc[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) oacc[i] = 0.f;
+    float rmax[2] = { -INFINITY, -INFINITY }, rsum[2] = { 0.f, 0.f };
+    const float sl2 = p.scale * FA_LOG2E;
+    const uint32_t qaddr = fa_smem_u32(sQ) + wg * 64 * 128;
+    const int wrow = wg * 64 + warp * 16;     /* first row of this warp in the block */
+
+    for (int nb = nb_lo, it = 0; nb < nb_hi; nb++, it++) {
+        const int st = it & 1;
+        __syncthreads();                      /* every warpgroup is done with stage st ^ 1 */
+        if (nb + 1 < nb_hi) {
+            load_kv(nb + 1, st ^ 1);
+            fa_cp_async_commit();
+            fa_cp_async_wait<1>();
+        } else {
+            fa_cp_async_wait<0>();
+        }
+        fa_fence_proxy_async();               /* cp.async's writes, then the tensor cores' reads */
+        __syncthreads();
+
+        /* S = Q K^T */
+        float sacc[BN / 2];
+        const uint32_t kaddr = fa_smem_u32(sK + st * C::KB);
+#pragma unroll
+        for (int i = 0; i < BN / 2; i++) sacc[i] = 0.f;
+#pragma unroll
+        for (int i = 0; i < BN / 2; i++) fa_reg_fence(sacc[i]);
+        fa_wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < D / 16; k++)
+            fa_wgmma_ss<BN>(sacc, fa_gmma_desc(qaddr + (k >> 2) * (BM * 128) + (k & 3) * 32, 16, 1024),
+                            fa_gmma_desc(kaddr + (k >> 2) * (BN * 128) + (k & 3) * 32, 16, 1024), 1, T());
+        fa_wgmma_commit();
+        fa_wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < BN / 2; i++) fa_reg_fence(sacc[i]);
+
+        const int n0 = nb * BN;
+        if (n0 < full_lo || n0 + BN > full_hi) {
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int pos = m0 + wrow + lane / 4 + r * 8 + s.off;
+                const int jlo = p.window_left >= 0 ? pos - p.window_left : INT_MIN;
+                const int jhi = p.window_right >= 0 ? min(s.sk - 1, pos + p.window_right) : s.sk - 1;
+                const int c0 = n0 + (lane % 4) * 2;
+#pragma unroll
+                for (int nt = 0; nt < BN / 8; nt++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int j = c0 + nt * 8 + e;
+                        if (j < jlo || j > jhi) sacc[nt * 4 + 2 * r + e] = -INFINITY;
+                    }
+            }
+        }
+        /* online softmax in base 2: a row lives in the 4 lanes of a quad */
+        float alpha[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int nt = 0; nt < BN / 8; nt++) mx = fmaxf(mx, fmaxf(sacc[nt * 4 + 2 * r], sacc[nt * 4 + 2 * r + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float mnew = fmaxf(rmax[r], mx * sl2);
+            const float ms = mnew == -INFINITY ? 0.f : mnew;
+            alpha[r] = fa_exp2(rmax[r] - ms);
+            rmax[r] = mnew;
+            float sum = 0.f;
+#pragma unroll
+            for (int nt = 0; nt < BN / 8; nt++) {
+                sacc[nt * 4 + 2 * r] = fa_exp2(fmaf(sacc[nt * 4 + 2 * r], sl2, -ms));
+                sacc[nt * 4 + 2 * r + 1] = fa_exp2(fmaf(sacc[nt * 4 + 2 * r + 1], sl2, -ms));
+                sum += sacc[nt * 4 + 2 * r] + sacc[nt * 4 + 2 * r + 1];
+            }
+            rsum[r] = rsum[r] * alpha[r] + sum;
+        }
+#pragma unroll
+        for (int i = 0; i < D / 8; i++) {
+            oacc[4 * i] *= alpha[0]; oacc[4 * i + 1] *= alpha[0];
+            oacc[4 * i + 2] *= alpha[1]; oacc[4 * i + 3] *= alpha[1];
+        }
+
+        /* O += P V */
+        uint32_t pa[BN / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) {
+            pa[kk][0] = fa_pack2(sacc[8 * kk + 0], sacc[8 * kk + 1], T());
+            pa[kk][1] = fa_pack2(sacc[8 * kk + 2], sacc[8 * kk + 3], T());
+            pa[kk][2] = fa_pack2(sacc[8 * kk + 4], sacc[8 * kk + 5], T());
+            pa[kk][3] = fa_pack2(sacc[8 * kk + 6], sacc[8 * kk + 7], T());
+        }
+        const uint32_t vaddr = fa_smem_u32(sV + st * C::KB);
+#pragma unroll
+        for (int i = 0; i < D / 2; i++) fa_reg_fence(oacc[i]);
+        fa_wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++)
+            fa_wgmma_rs<D>(oacc, pa[kk], fa_gmma_desc(vaddr + kk * 16 * 128, v_lbo, v_sbo), 1, T());
+        fa_wgmma_commit();
+        fa_wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < D / 2; i++) fa_reg_fence(oacc[i]);
+    }
+    fa_cp_async_wait<0>();
+
+    /* epilogue (as forward_fast.cuh): quad row sums, sinks, normalisation, one write */
+    float fac[2], lse[2];
+    int qi[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        qi[r] = m0 + wrow + lane / 4 + r * 8;
+        float l = rsum[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const float m = rmax[r];
+        if (p.sinks && p.n_splits == 1) {
+            const float sk2 = p.sinks[h] * FA_LOG2E;
+            const float M = fmaxf(m, sk2);
+            const float em = m == -INFINITY ? 0.f : fa_exp2(m - M);
+            l = l * em + fa_exp2(sk2 - M);
+            fac[r] = em / l;
+            lse[r] = M * FA_LN2 + logf(l);
+        } else if (m == -INFINITY || l == 0.f) {
+            fac[r] = 0.f;
+            lse[r] = -INFINITY;
+        } else {
+            fac[r] = 1.f / l;
+            lse[r] = m * FA_LN2 + logf(l);
+        }
+        if (m != m || l != l) { fac[r] = __int_as_float(0x7fc00000); lse[r] = fac[r]; }
+    }
+    if (p.n_splits > 1) {
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int i = qi[r];
+            if (i >= s.sq) continue;
+            const int64_t row = ((int64_t)b * p.hq + h) * p.sq + i;
+            const int64_t rows = (int64_t)p.batch * p.hq * p.sq;
+            float *o = p.o_part + ((int64_t)split * rows + row) * p.dv;
+#pragma unroll
+            for (int nt = 0; nt < D / 8; nt++) {
+                const int c = nt * 8 + (lane % 4) * 2;
+                if (c < p.dv)
+                    *reinterpret_cast<float2 *>(o + c) =
+                        make_float2(oacc[4 * nt + 2 * r] * fac[r], oacc[4 * nt + 2 * r + 1] * fac[r]);
+            }
+            if (lane % 4 == 0) p.lse_part[(int64_t)split * rows + row] = lse[r];
+        }
+        return;
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int i = qi[r];
+        if (i >= s.sq) continue;
+        const int64_t orow = s.tb * p.o_sb + (s.q0 + i) * p.o_ss + (int64_t)h * p.o_sh;
+#pragma unroll
+        for (int nt = 0; nt < D / 8; nt++) {
+            const int c = nt * 8 + (lane % 4) * 2;
+            if (c >= p.dv) continue;
+            const float x0 = oacc[4 * nt + 2 * r] * fac[r], x1 = oacc[4 * nt + 2 * r + 1] * fac[r];
+            if (p.out_dtype == FA_CU_F32)
+                *reinterpret_cast<float2 *>(reinterpret_cast<float *>(p.out) + orow + c) = make_float2(x0, x1);
+            else
+                *reinterpret_cast<uint32_t *>(reinterpret_cast<T *>(p.out) + orow + c) = fa_pack2(x0, x1, T());
+        }
+        if (p.lse && lane % 4 == 0) {
+            const int64_t li = p.layout == FA_CU_VARLEN ? (int64_t)h * p.total_q + s.q0 + i
+                                                        : ((int64_t)b * p.hq + h) * p.sq + i;
+            p.lse[li] = lse[r];
+        }
+    }
+#endif
+}
+
+template <typename T, int D>
+cudaError_t fa_fwd_sm90_launch(const fa_cu_fwd &p, int64_t blocks, cudaStream_t st, int desc_variant)
+{
+    typedef fa_f90_cfg<D> C;
+    cudaError_t e = cudaFuncSetAttribute(fa_fwd_sm90_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
+    if (e != cudaSuccess) return e;
+    /* V is read N-major: one swizzle atom is 64 columns x 8 keys (1 KiB); the atoms of the
+       next 64 columns are a tile's 64-column block further (BN x 128 bytes). */
+    uint32_t lbo = C::BN * 128, sbo = 1024;
+    if (desc_variant == 1) { lbo = 1024; sbo = C::BN * 128; }
+    fa_fwd_sm90_kernel<T, D><<<(unsigned)blocks, C::NT, C::SMEM, st>>>(p, lbo, sbo);
+    return cudaGetLastError();
+}
+
+#define FA_FWD_SM90_INSTANTIATE(D) \
+    template cudaError_t fa_fwd_sm90_launch<__half, D>(const fa_cu_fwd &, int64_t, cudaStream_t, int); \
+    template cudaError_t fa_fwd_sm90_launch<__nv_bfloat16, D>(const fa_cu_fwd &, int64_t, cudaStream_t, int);
+
+#endif /* FA_CUDA_FORWARD_SM90_CUH */
