@@ -23,7 +23,7 @@
  *   Progress every 10 s; a summary at the end. Exit status: 0 all passed, 1 a failure,
  *   2 a setup error (CUDA runtime), 77 no CUDA context (no GPU or no module).
  *
- * Big mode:  stress_cuda big    (about 35 GB of device memory; exit status as above)
+ * Big mode:  stress_cuda big    (about 26 GB of device memory at the peak; exit status as above)
  *   64-bit offsets, as tests/test_big.c on the CPU, on the device:
  *   K side: k, v [1, 2^25 + 4096, 1, 64] bf16 (2^31 + 262144 elements each), q [1, 3, 2, 64].
  *     (1) bottom-right causal window 300: the queries see only keys past element 2^31;
