@@ -16,7 +16,11 @@
  * the same out (the reference forward's, fp32) and lse; tolerance 3x the forward's
  * (3 * (2 eps max|ref| + 1e-5)), dsinks 1e-3 of max|dsinks|; rows past cu_seqlens untouched;
  * deterministic=1 repeated bitwise; dropout against the reference's Philox mask.
- * Usage: test_cuda [quick]     (exit status 0 = all passed)
+ * Usage: test_cuda [quick|san]     (exit status 0 = all passed, 77 = no CUDA context)
+ *   quick: a subset of the sweep (prints failures only); san: a handful of small cases that
+ *   run every kernel once (forward fast and general, d64/d128/d256, split-KV, varlen,
+ *   backward incl. deterministic and dsinks, varlen backward, KV-cache append contiguous and
+ *   paged, fa_combine), for compute-sanitizer (tests/cuda/sanitize.sh).
  */
 #include <math.h>
 #include <stdarg.h>
@@ -579,14 +583,52 @@ static void run_status_checks(void)
     fr(&q); fr(&o);
 }
 
+/* The compute-sanitizer sweep: each kernel at least once, small grids (racecheck is slow). */
+static void run_san(void)
+{
+    static const int d3[3] = { 64, 128, 256 };
+    for (int i = 0; i < 3; i++) {
+        int d = d3[i];
+        fa_dtype t = i == 1 ? FA_F16 : FA_BF16;
+        dcase f = { "san fast", t, 1, 130, 200, 2, 1, d, d, (fa_causal)i, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 };
+        run_dense(&f);
+        dcase g = f;
+        g.name = "san general (softcap, alibi, window)"; g.softcap = 5.0f; g.alibi = 1; g.window = 1; g.wl = 60; g.wr = 10;
+        run_dense(&g);
+        dcase b = { "san", t, 1, 100, 150, 2, 1, d, d, FA_CAUSAL_BOTTOM_RIGHT, 0, 0, 0, 0, 0, 0, i == 0, 0, 0, 0 };
+        run_backward(&b, i == 1);
+    }
+    dcase dec = { "san decode (split-kv)", FA_BF16, 1, 1, 600, 2, 2, 128, 128, FA_CAUSAL_NONE, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 };
+    run_dense(&dec);
+    dcase dr = { "san dropout+bias+sinks, out fp32", FA_F16, 1, 70, 90, 2, 2, 64, 64, FA_CAUSAL_TOP_LEFT, 0, 0, 0, 0, 0.2f, 0, 1, 1, 0, 1 };
+    run_dense(&dr);
+    dcase dbw = dr;
+    dbw.name = "san dropout+bias+sinks, grads fp32";
+    run_backward(&dbw, 1);
+    run_varlen(FA_BF16, 4, 64, FA_CAUSAL_BOTTOM_RIGHT);
+    run_varlen_bwd(FA_F16, 3, 128, FA_CAUSAL_NONE, 1);
+    run_kvcache(FA_BF16, 2, 1, 1, 16, 128, FA_CAUSAL_BOTTOM_RIGHT, 4, 1);
+    run_kvcache(FA_F16, 2, 8, 8, 0, 64, FA_CAUSAL_BOTTOM_RIGHT, 4, 4);
+    run_combine(FA_BF16, 3);
+}
+
 int main(int argc, char **argv)
 {
-    quick = argc > 1 && !strcmp(argv[1], "quick");
+    int san = argc > 1 && !strcmp(argv[1], "san");
+    quick = san || (argc > 1 && !strcmp(argv[1], "quick"));
+    if (argc > 1 && !quick) { printf("usage: test_cuda [quick|san]\n"); return 2; }
     if (fa_context_create(&cu, FA_BACKEND_CUDA) != FA_OK) { printf("no cuda context: %s\n", fa_last_error(NULL)); return 77; }
     if (fa_context_create(&ref, FA_BACKEND_REFERENCE) != FA_OK) { printf("no reference context\n"); return 2; }
     printf("%s\n", fa_context_describe(cu));
     printf("seed 0x%llx\n", (unsigned long long)rng);
     run_status_checks();
+    if (san) {
+        run_san();
+        printf("%d passed, %d failed\n", passes, fails);
+        fa_context_destroy(cu);
+        fa_context_destroy(ref);
+        return fails ? 1 : 0;
+    }
     static const int pairs[][2] = { {1,1}, {1,239}, {239,1}, {3,799}, {799,3}, {113,203}, {128,217}, {256,512}, {512,256}, {1023,1024}, {0,5}, {5,0} };
     static const int dims[][2] = { {64,64}, {128,128}, {256,256}, {32,32}, {8,8}, {96,96}, {80,80}, {192,128}, {64,32}, {160,160} };
     fa_dtype dts[2] = { FA_BF16, FA_F16 };
