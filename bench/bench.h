@@ -71,6 +71,15 @@ int    check_forward(const bench_problem *p, const void *out, fa_dtype odt, int 
 /* Backward check (dq rows and dk/dv rows of a few heads). Returns 1 on pass. */
 int    check_backward(const bench_problem *p, int nrows, bench_check *c);
 
+/* One row of the oracle, query row (b, h, i) against keys [0, je): in double the scores
+ * s[j], their max m, the softmax denominator l and the unnormalized output row o[d]; and
+ * the same-precision naive version in float with S and P rounded to the storage dtype (sf,
+ * mf, lf, of[d]). s, sf: Sk elements. Used by the forward and the backward checks. */
+typedef struct { double m, l; float mf, lf; } oracle_row;
+void   bench_oracle_row(const bench_problem *p, int64_t b, int64_t h, int64_t i, int64_t je,
+                        double *s, float *sf, double *o, float *of, oracle_row *r);
+float  bp_round(fa_dtype t, float x);      /* x rounded to the storage dtype and back  */
+
 /* ------------------------------------------------------------------ rungs ---------- */
 
 typedef enum { IMPL_NAIVE, IMPL_BLAS, IMPL_FA } impl_kind;
