@@ -234,6 +234,49 @@ int bp_alloc(bench_problem *p, const bench_shape *sh, uint64_t seed)
     return 0;
 }
 
+int bp_alloc_converted(bench_problem *dst, const bench_problem *src, fa_dtype t)
+{
+    const bench_shape *sh = &src->sh;
+    memset(dst, 0, sizeof *dst);
+    dst->sh = *sh;
+    dst->sh.dtype = t;
+    if (sh->paged) return -1;
+    size_t nq = (size_t)(sh->B * sh->Sq * sh->H * sh->d);
+    size_t nk = (size_t)(sh->B * sh->Sk * sh->Hkv * sh->d), es = fa_dtype_size(t);
+    size_t nl = (size_t)(sh->B * sh->H * sh->Sq);
+    struct { void **data; float **copy; const float *from; size_t n; } b[] = {
+        { &dst->q, &dst->qf, src->qf, nq }, { &dst->k, &dst->kf, src->kf, nk },
+        { &dst->v, &dst->vf, src->vf, nk }, { &dst->dout, &dst->doutf, src->doutf, nq } };
+    for (int i = 0; i < 4; i++) {
+        if (!b[i].from) continue;
+        *b[i].data = malloc(b[i].n * es + 64);
+        *b[i].copy = malloc(b[i].n * sizeof(float) + 64);
+        if (!*b[i].data || !*b[i].copy) return -1;
+        for (size_t x = 0; x < b[i].n; x++) {
+            bp_store(*b[i].data, t, x, b[i].from[x]);
+            (*b[i].copy)[x] = bp_load(*b[i].data, t, x);
+        }
+    }
+    dst->out = calloc(nq * es + 64, 1);
+    dst->lse = calloc(nl * sizeof(float) + 64, 1);
+    if (!dst->out || !dst->lse) return -1;
+    dst->tq = fa_tensor_contiguous(dst->q, t, sh->B, sh->Sq, sh->H, sh->d);
+    dst->tk = fa_tensor_contiguous(dst->k, t, sh->B, sh->Sk, sh->Hkv, sh->d);
+    dst->tv = fa_tensor_contiguous(dst->v, t, sh->B, sh->Sk, sh->Hkv, sh->d);
+    dst->tout = fa_tensor_contiguous(dst->out, t, sh->B, sh->Sq, sh->H, sh->d);
+    if (src->dout) {
+        dst->dq = calloc(nq * es + 64, 1);
+        dst->dk = calloc(nk * es + 64, 1);
+        dst->dv = calloc(nk * es + 64, 1);
+        if (!dst->dq || !dst->dk || !dst->dv) return -1;
+        dst->tdout = fa_tensor_contiguous(dst->dout, t, sh->B, sh->Sq, sh->H, sh->d);
+        dst->tdq = fa_tensor_contiguous(dst->dq, t, sh->B, sh->Sq, sh->H, sh->d);
+        dst->tdk = fa_tensor_contiguous(dst->dk, t, sh->B, sh->Sk, sh->Hkv, sh->d);
+        dst->tdv = fa_tensor_contiguous(dst->dv, t, sh->B, sh->Sk, sh->Hkv, sh->d);
+    }
+    return 0;
+}
+
 int bp_alloc_backward(bench_problem *p, uint64_t seed)
 {
     const bench_shape *sh = &p->sh;
