@@ -8,3 +8,6 @@ bench_flashattn_bench_CPPFLAGS = -I$(top_srcdir)/include
 bench_flashattn_bench_CFLAGS = $(AM_CFLAGS) $(BLAS_CFLAGS)
 bench_flashattn_bench_LDADD = libflashattn.la -lm $(BLAS_LIBS)
 EXTRA_DIST += bench/peers/torch_sdpa.py
+# make check: --backend cuda where CUDA cannot be used is an n/a row and exit status 0.
+TESTS += bench/test-cuda-absent.sh
+EXTRA_DIST += bench/test-cuda-absent.sh
