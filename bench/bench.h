@@ -10,9 +10,12 @@
  * oracle_bwd.c (oracle check of the backward), naive.c (naive and unfused BLAS rungs),
  * peak.c (FMA-throughput ceiling), measure.c (clocks, RSS, perf counters, IO model),
  * rungs.c (one measurement: create, check, time), sweeps.c (tiles, seqlen, --full),
- * report.c (table and CSV), plot.c (SVG and gnuplot).
+ * report.c (table and CSV), plot.c (SVG and gnuplot), cudrv.c (the CUDA driver API through
+ * dlopen, and the problem in device memory for the CUDA rung).
  *
- * Only the public API of flashattn is used: #include <flashattn.h>.
+ * Only the public API of flashattn is used: #include <flashattn.h>. The CUDA rung also
+ * needs device memory, which it gets from the CUDA driver, loaded at run time (cudrv.c):
+ * nothing of CUDA is needed to build the bench.
  */
 #ifndef FA_BENCH_H
 #define FA_BENCH_H
@@ -70,6 +73,20 @@ int    check_forward(const bench_problem *p, const void *out, fa_dtype odt, int 
                      bench_check *c);
 /* Backward check (dq rows and dk/dv rows of a few heads). Returns 1 on pass. */
 int    check_backward(const bench_problem *p, int nrows, bench_check *c);
+
+/* The same inputs (and dout, when src has one) stored in dtype `t`: each value of src
+ * rounded to t, the fp32 copies holding the rounded values. Not for a paged problem.
+ * Returns 0, or -1 (no memory). */
+int    bp_alloc_converted(bench_problem *dst, const bench_problem *src, fa_dtype t);
+
+/* One row of the oracle, query row (b, h, i) against keys [0, je): in double the scores
+ * s[j], their max m, the softmax denominator l and the unnormalized output row o[d]; and
+ * the same-precision naive version in float with S and P rounded to the storage dtype (sf,
+ * mf, lf, of[d]). s, sf: Sk elements. Used by the forward and the backward checks. */
+typedef struct { double m, l; float mf, lf; } oracle_row;
+void   bench_oracle_row(const bench_problem *p, int64_t b, int64_t h, int64_t i, int64_t je,
+                        double *s, float *sf, double *o, float *of, oracle_row *r);
+float  bp_round(fa_dtype t, float x);      /* x rounded to the storage dtype and back  */
 
 /* ------------------------------------------------------------------ rungs ---------- */
 
@@ -141,6 +158,8 @@ typedef struct {
     double extra_model, rss_delta;        /* bytes; rss_delta < 0 = not measured        */
     double io_model, io_meas;             /* bytes; io_meas < 0 = n/a                   */
     double tile_bytes;                    /* tiles sweep: K+V tile bytes                 */
+    int    device;                        /* a GPU rung: no %peak (the ceiling is the
+                                             CPU's); rss_delta is device memory          */
 } bench_result;
 
 typedef struct {

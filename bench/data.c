@@ -83,8 +83,7 @@ void bp_store(void *data, fa_dtype t, size_t i, float x)
     }
 }
 
-/* x rounded to the storage dtype and back. */
-static float round_to(fa_dtype t, float x)
+float bp_round(fa_dtype t, float x)
 {
     if (t == FA_F32) return x;
     uint16_t h = t == FA_F16 ? f32_to_f16(x) : f32_to_bf16(x);
@@ -235,6 +234,49 @@ int bp_alloc(bench_problem *p, const bench_shape *sh, uint64_t seed)
     return 0;
 }
 
+int bp_alloc_converted(bench_problem *dst, const bench_problem *src, fa_dtype t)
+{
+    const bench_shape *sh = &src->sh;
+    memset(dst, 0, sizeof *dst);
+    dst->sh = *sh;
+    dst->sh.dtype = t;
+    if (sh->paged) return -1;
+    size_t nq = (size_t)(sh->B * sh->Sq * sh->H * sh->d);
+    size_t nk = (size_t)(sh->B * sh->Sk * sh->Hkv * sh->d), es = fa_dtype_size(t);
+    size_t nl = (size_t)(sh->B * sh->H * sh->Sq);
+    struct { void **data; float **copy; const float *from; size_t n; } b[] = {
+        { &dst->q, &dst->qf, src->qf, nq }, { &dst->k, &dst->kf, src->kf, nk },
+        { &dst->v, &dst->vf, src->vf, nk }, { &dst->dout, &dst->doutf, src->doutf, nq } };
+    for (int i = 0; i < 4; i++) {
+        if (!b[i].from) continue;
+        *b[i].data = malloc(b[i].n * es + 64);
+        *b[i].copy = malloc(b[i].n * sizeof(float) + 64);
+        if (!*b[i].data || !*b[i].copy) return -1;
+        for (size_t x = 0; x < b[i].n; x++) {
+            bp_store(*b[i].data, t, x, b[i].from[x]);
+            (*b[i].copy)[x] = bp_load(*b[i].data, t, x);
+        }
+    }
+    dst->out = calloc(nq * es + 64, 1);
+    dst->lse = calloc(nl * sizeof(float) + 64, 1);
+    if (!dst->out || !dst->lse) return -1;
+    dst->tq = fa_tensor_contiguous(dst->q, t, sh->B, sh->Sq, sh->H, sh->d);
+    dst->tk = fa_tensor_contiguous(dst->k, t, sh->B, sh->Sk, sh->Hkv, sh->d);
+    dst->tv = fa_tensor_contiguous(dst->v, t, sh->B, sh->Sk, sh->Hkv, sh->d);
+    dst->tout = fa_tensor_contiguous(dst->out, t, sh->B, sh->Sq, sh->H, sh->d);
+    if (src->dout) {
+        dst->dq = calloc(nq * es + 64, 1);
+        dst->dk = calloc(nk * es + 64, 1);
+        dst->dv = calloc(nk * es + 64, 1);
+        if (!dst->dq || !dst->dk || !dst->dv) return -1;
+        dst->tdout = fa_tensor_contiguous(dst->dout, t, sh->B, sh->Sq, sh->H, sh->d);
+        dst->tdq = fa_tensor_contiguous(dst->dq, t, sh->B, sh->Sq, sh->H, sh->d);
+        dst->tdk = fa_tensor_contiguous(dst->dk, t, sh->B, sh->Sk, sh->Hkv, sh->d);
+        dst->tdv = fa_tensor_contiguous(dst->dv, t, sh->B, sh->Sk, sh->Hkv, sh->d);
+    }
+    return 0;
+}
+
 int bp_alloc_backward(bench_problem *p, uint64_t seed)
 {
     const bench_shape *sh = &p->sh;
@@ -273,6 +315,43 @@ void bp_poison_out(bench_problem *p)
 
 /* ------------------------------------------------------------ forward check ----- */
 
+void bench_oracle_row(const bench_problem *p, int64_t b, int64_t h, int64_t i, int64_t je,
+                      double *s, float *sf, double *o, float *of, oracle_row *r)
+{
+    const bench_shape *sh = &p->sh;
+    const int64_t d = sh->d, hk = h / (sh->H / sh->Hkv);
+    const double scale = bp_scale(sh);
+    const float *q = p->qf + ((b * sh->Sq + i) * sh->H + h) * d;
+    double m = -INFINITY, l = 0;
+    float mf = -INFINITY, lf = 0;
+    for (int64_t j = 0; j < je; j++) {
+        const float *k = p->kf + ((b * sh->Sk + j) * sh->Hkv + hk) * d;
+        double a = 0;
+        float af = 0;
+        for (int64_t x = 0; x < d; x++) {
+            a += (double)q[x] * k[x];
+            af += q[x] * k[x];
+        }
+        s[j] = a * scale;
+        sf[j] = bp_round(sh->dtype, af * (float)scale);
+        if (s[j] > m) m = s[j];
+        if (sf[j] > mf) mf = sf[j];
+    }
+    for (int64_t x = 0; x < d; x++) o[x] = 0, of[x] = 0;
+    for (int64_t j = 0; j < je; j++) {
+        const float *v = p->vf + ((b * sh->Sk + j) * sh->Hkv + hk) * d;
+        double e = exp(s[j] - m);
+        float ef = bp_round(sh->dtype, expf(sf[j] - mf));
+        l += e;
+        lf += ef;
+        for (int64_t x = 0; x < d; x++) {
+            o[x] += e * v[x];
+            of[x] += ef * v[x];
+        }
+    }
+    r->m = m, r->l = l, r->mf = mf, r->lf = lf;
+}
+
 /* Half an ulp at 1.0 in the storage dtype: the rounding of one add, relative. */
 static double add_eps(fa_dtype t)
 {
@@ -283,9 +362,8 @@ int check_forward(const bench_problem *p, const void *out, fa_dtype odt, int nro
                   bench_check *c)
 {
     const bench_shape *sh = &p->sh;
-    const int64_t d = sh->d, grp = sh->H / sh->Hkv, off = sh->Sk - sh->Sq;
+    const int64_t d = sh->d, off = sh->Sk - sh->Sq;
     const int64_t total = sh->B * sh->H * sh->Sq;
-    const double scale = bp_scale(sh);
     int n = nrows < total ? nrows : (int)total;
     double err = 0, err_sp = 0, ref_max = 0;
     int nan = 0;
@@ -302,42 +380,17 @@ int check_forward(const bench_problem *p, const void *out, fa_dtype odt, int nro
         /* rows spread evenly over (b, h, i), first and last included */
         int64_t t = n == 1 ? 0 : (int64_t)((double)r * (double)(total - 1) / (n - 1));
         int64_t b = t / (sh->H * sh->Sq), h = (t / sh->Sq) % sh->H, i = t % sh->Sq;
-        int64_t hk = h / grp;
         int64_t je = sh->causal ? i + off + 1 : sh->Sk;
         if (je > sh->Sk) je = sh->Sk;
         if (je < 0) je = 0;
-        const float *q = p->qf + ((b * sh->Sq + i) * sh->H + h) * d;
-        double m = -INFINITY, l = 0;
-        float mf = -INFINITY, lf = 0;
-        for (int64_t j = 0; j < je; j++) {
-            const float *k = p->kf + ((b * sh->Sk + j) * sh->Hkv + hk) * d;
-            double a = 0;
-            float af = 0;
-            for (int64_t x = 0; x < d; x++) {
-                a += (double)q[x] * k[x];
-                af += q[x] * k[x];
-            }
-            s[j] = a * scale;
-            sf[j] = round_to(sh->dtype, af * (float)scale);
-            if (s[j] > m) m = s[j];
-            if (sf[j] > mf) mf = sf[j];
-        }
-        for (int64_t x = 0; x < d; x++) o[x] = 0, of[x] = 0;
-        for (int64_t j = 0; j < je; j++) {
-            const float *v = p->vf + ((b * sh->Sk + j) * sh->Hkv + hk) * d;
-            double e = exp(s[j] - m);
-            float ef = round_to(sh->dtype, expf(sf[j] - mf));
-            l += e;
-            lf += ef;
-            for (int64_t x = 0; x < d; x++) {
-                o[x] += e * v[x];
-                of[x] += ef * v[x];
-            }
-        }
+        oracle_row rr;
+        bench_oracle_row(p, b, h, i, je, s, sf, o, of, &rr);
+        const double l = rr.l;
+        const float lf = rr.lf;
         size_t base = (size_t)(((b * sh->Sq + i) * sh->H + h) * d);
         for (int64_t x = 0; x < d; x++) {
             double ref = je > 0 ? o[x] / l : 0.0;
-            double sp = je > 0 ? round_to(odt, of[x] / lf) : 0.0;
+            double sp = je > 0 ? bp_round(odt, of[x] / lf) : 0.0;
             double got = bp_load(out, odt, base + (size_t)x);
             if (got != got) nan = 1;
             if (fabs(got - ref) > err) err = fabs(got - ref);

@@ -1,7 +1,8 @@
 /* main.c - flashattn-bench: options, the plan of the run, and where the results go.
  *
  * Default run (no arguments, about a minute on a 2-core laptop):
- *   1. the memory hierarchy and the tiles as the library sees them (fa_context_describe),
+ *   1. the memory hierarchy and the tiles as the library sees them (fa_context_describe;
+ *      on a GPU also the driver's attributes and the tiles fa_query names),
  *   2. this machine's FMA peak, measured now (peak.c): the ceiling for every GFLOP/s,
  *   3. the ladder on one problem: naive, unfused BLAS, reference, cpu generic/avx2/avx512,
  *      cuda; each checked against a double-precision oracle first, then timed,
@@ -21,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "bench.h"
+#include "cudrv.h"
 
 static void usage(FILE *f)
 {
@@ -40,10 +42,17 @@ static void usage(FILE *f)
 "\n"
 "What runs:\n"
 "  --backend NAME         all (default), naive, blas, reference, cpu or cuda\n"
+"                         cuda: inputs copied to device memory through the CUDA driver\n"
+"                         (libcuda.so.1, loaded at run time); the kernels take fp16/bf16,\n"
+"                         so with --dtype f32 the rung runs the same inputs rounded to\n"
+"                         bf16 ('cuda (bf16)'); without a driver, device or CUDA module\n"
+"                         it is an n/a row with the reason (not a failure)\n"
 "  --isa NAME             generic, avx2 or avx512: only this CPU kernel set (FA_CPU_ISA)\n"
 "  --mode MODE            ladder, tiles (block-size sweep), seqlen (sequence sweep),\n"
 "                         sweep (the CPU sweep of PERFORMANCE.md) or all (default:\n"
-"                         ladder, tiles and seqlen; with --full also sweep)\n"
+"                         ladder, tiles and seqlen; with --full also sweep); with\n"
+"                         --backend cuda, sweep is the command-line problem forward\n"
+"                         and backward on the GPU\n"
 "  --threads N            threads for every rung (default 0 = all cores)\n"
 "  --tiles BQxBKV         fa_context_set_tiles(block_q, block_kv); 0 = automatic\n"
 "  --repeats N            most timed runs per measurement (default 15; at least 3 run)\n"
@@ -68,8 +77,9 @@ static void usage(FILE *f)
 "  --help                 this text\n"
 "\n"
 "Environment: FA_BENCH_NO_PERF=1 skips the hardware cache-miss counters; FA_VERBOSE=1\n"
-"makes the library print its dispatch decisions. Exit status: 0 success, 1 a rung failed\n"
-"its oracle check, 2 bad options. docs/bench.md explains every column.\n");
+"makes the library print its dispatch decisions; FA_CUDA_MODULE=PATH loads the CUDA module\n"
+"from PATH. Exit status: 0 success (n/a and skipped rows included), 1 a rung failed its\n"
+"oracle check, 2 bad options. docs/bench.md explains every column.\n");
 }
 
 static int bad(const char *fmt, const char *arg)
@@ -142,6 +152,93 @@ static int mkdir_p(const char *dir)
             *p = '/';
         }
     return mkdir(buf, 0777) && errno != EEXIST ? -1 : 0;
+}
+
+/* "NxM" as a word of a kernel name ("cuda/sm80 fwd bf16 d64 fast 128x64 4 warps"). */
+static int name_tiles(const char *name, int *br, int *bc)
+{
+    for (const char *w = name; w && *w; w = strchr(w, ' ') ? strchr(w, ' ') + 1 : "") {
+        int n = 0;
+        if (sscanf(w, "%dx%d%n", br, bc, &n) == 2 && (w[n] == ' ' || !w[n]) && *br > 0) return 1;
+    }
+    *br = *bc = 0;
+    return 0;
+}
+
+/* The GPU's hierarchy from the driver's attributes, and the tiles the CUDA backend picks
+ * for this run's problem (fa_query on device buffers of its shape). */
+static void cuda_hierarchy(const bench_run *R, FILE *f, fa_context *ctx)
+{
+    char why[240], name[128], a[32], b[32], c[32];
+    const char *desc = fa_context_describe(ctx), *s = strstr(desc, "(device ");
+    int dev = 0;
+    if (s) sscanf(s, "(device %d)", &dev);
+    if (cudrv_open(dev, why, sizeof why)) {
+        fprintf(f, "-- cuda: device attributes n/a: %s --\n", why);
+        return;
+    }
+    cudrv_name(name, sizeof name);
+    int sms = cudrv_attr(CUDRV_ATTR_SM_COUNT), clk = cudrv_attr(CUDRV_ATTR_CLOCK_RATE);
+    int smem_sm = cudrv_attr(CUDRV_ATTR_MAX_SHARED_PER_SM);
+    int smem_blk = cudrv_attr(CUDRV_ATTR_MAX_SHARED_PER_BLOCK);
+    int smem_opt = cudrv_attr(CUDRV_ATTR_MAX_SHARED_PER_BLOCK_OPTIN);
+    int l2 = cudrv_attr(CUDRV_ATTR_L2_SIZE), mclk = cudrv_attr(CUDRV_ATTR_MEMORY_CLOCK_RATE);
+    int bus = cudrv_attr(CUDRV_ATTR_MEMORY_BUS_WIDTH);
+    fprintf(f, "-- cuda: the device as the driver reports it (cuDeviceGetAttribute) --\n");
+    fprintf(f, "device %d: %s, compute capability %d.%d, %d SMs", dev, name,
+            cudrv_attr(CUDRV_ATTR_CC_MAJOR), cudrv_attr(CUDRV_ATTR_CC_MINOR), sms);
+    if (clk > 0) fprintf(f, " at up to %.0f MHz", clk / 1e3);
+    fprintf(f, "\n");
+    fmt_bytes(smem_sm, a, sizeof a);
+    fmt_bytes(smem_blk, b, sizeof b);
+    fmt_bytes(smem_opt, c, sizeof c);
+    fprintf(f, "shared memory: %s per SM, %s per block (%s opt-in)\n", a, b, c);
+    fmt_bytes(l2, a, sizeof a);
+    fmt_bytes((double)cudrv_total_mem(), b, sizeof b);
+    fprintf(f, "L2: %s; device memory (HBM): %s", a, b);
+    if (mclk > 0 && bus > 0)
+        fprintf(f, ", %d-bit bus at %.0f MHz: %.2f TB/s peak (computed: 2 x clock x bus width)",
+                bus, mclk / 1e3, 2.0 * mclk * 1e3 * bus / 8 / 1e12);
+    fprintf(f, "\n");
+
+    bench_problem p;
+    bench_dev d;
+    memset(&p, 0, sizeof p);
+    p.sh = R->sh;
+    p.sh.paged = 0;
+    if (p.sh.dtype == FA_F32) p.sh.dtype = FA_BF16;   /* as the ladder's cuda rung */
+    char shape[128];
+    bp_shape_str(&p.sh, shape, sizeof shape);
+    if (dev_alloc(&d, &p, 1, 0, why, sizeof why)) {
+        fprintf(f, "tiles: n/a (%s)\n", why);
+        cudrv_close();
+        return;
+    }
+    fa_options o = { 0 };
+    o.causal = p.sh.causal ? FA_CAUSAL_BOTTOM_RIGHT : FA_CAUSAL_NONE;
+    for (int bw = 0; bw < 2; bw++) {
+        const char *kn = NULL;
+        fa_status st = bw ? fa_query_backward(ctx, &kn, &d.tdq, &d.tdk, &d.tdv, NULL, &d.tdout,
+                                              &d.tq, &d.tk, &d.tv, &d.tout, d.lse_ptr, &o)
+                          : fa_query(ctx, &kn, &d.tout, d.lse_ptr, &d.tq, &d.tk, &d.tv, &o);
+        int br, bc;
+        if (st != FA_OK) {
+            fprintf(f, "tiles, %s, %s: n/a: %s\n", bw ? "backward" : "forward", shape,
+                    fa_last_error(ctx));
+        } else if (name_tiles(kn, &br, &bc)) {
+            double es = (double)fa_dtype_size(p.sh.dtype), d_ = (double)p.sh.d;
+            fmt_bytes((br + 2.0 * bc) * d_ * es, a, sizeof a);
+            fmt_bytes(smem_opt, b, sizeof b);
+            fprintf(f, "tiles, %s, %s: Br x Bc = %d x %d (fa_query: %s); one Q tile and one K "
+                    "and V tile = %s of the %s of shared memory a block may use (modeled)\n",
+                    bw ? "backward" : "forward", shape, br, bc, kn, a, b);
+        } else {
+            fprintf(f, "tiles, %s, %s: fa_query: %s (no tile size in the name)\n",
+                    bw ? "backward" : "forward", shape, kn ? kn : "?");
+        }
+    }
+    dev_free(&d);
+    cudrv_close();
 }
 
 static int parse_args(bench_run *R, int argc, char **argv)
@@ -306,7 +403,8 @@ int main(int argc, char **argv)
     caches_from_describe(desc, &R.caches);
     fa_context *cuda = NULL;
     if (fa_context_create(&cuda, FA_BACKEND_CUDA) == FA_OK) {
-        fprintf(info, "-- cuda --\n%s\n", fa_context_describe(cuda));
+        fprintf(info, "-- cuda --\n%s", fa_context_describe(cuda));
+        cuda_hierarchy(&R, info, cuda);
         fa_context_destroy(cuda);
     } else {
         fprintf(info, "CUDA: not available: %s\n", fa_last_error(NULL));
@@ -341,7 +439,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < R.res.n; i++) {
         bench_result *r = &R.res.v[i];
         double pk = peak_for(&R.peak, r->threads, r->sh.dtype);
-        if (r->status == RES_OK && pk > 0) r->pct_peak = 100.0 * r->gflops / pk;
+        if (r->status == RES_OK && pk > 0 && !r->device) r->pct_peak = 100.0 * r->gflops / pk;
     }
 
     /* 5. results */

@@ -22,13 +22,6 @@ typedef struct {
     float  *lsef, *Df;
 } head_stats;
 
-static float rnd(fa_dtype t, float x)
-{
-    float y;
-    void *tmp = &y;
-    bp_store(tmp, t, 0, x);
-    return bp_load(tmp, t, 0);
-}
 
 static int64_t visible_end(const bench_shape *sh, int64_t i)
 {
@@ -41,7 +34,6 @@ static int head_stats_compute(const bench_problem *p, int64_t b, int64_t hk, hea
 {
     const bench_shape *sh = &p->sh;
     const int64_t d = sh->d, grp = sh->H / sh->Hkv, Sq = sh->Sq;
-    const double scale = bp_scale(sh);
     size_t n = (size_t)(grp * Sq);
     hs->lse = malloc(n * sizeof(double));
     hs->D = malloc(n * sizeof(double));
@@ -61,33 +53,16 @@ static int head_stats_compute(const bench_problem *p, int64_t b, int64_t hk, hea
         for (int64_t gi = 0; gi < grp * Sq; gi++) {
             if (!s || !o || !sf || !of) continue;
             int64_t h = hk * grp + gi / Sq, i = gi % Sq, je = visible_end(sh, i);
-            const float *q = p->qf + ((b * Sq + i) * sh->H + h) * d;
             const float *dO = p->doutf + ((b * Sq + i) * sh->H + h) * d;
-            double m = -INFINITY, l = 0;
-            float mf = -INFINITY, lf = 0;
-            for (int64_t j = 0; j < je; j++) {
-                const float *k = p->kf + ((b * sh->Sk + j) * sh->Hkv + hk) * d;
-                double a = 0;
-                float af = 0;
-                for (int64_t x = 0; x < d; x++) a += (double)q[x] * k[x], af += q[x] * k[x];
-                s[j] = a * scale;
-                sf[j] = rnd(sh->dtype, af * (float)scale);
-                if (s[j] > m) m = s[j];
-                if (sf[j] > mf) mf = sf[j];
-            }
-            for (int64_t x = 0; x < d; x++) o[x] = 0, of[x] = 0;
-            for (int64_t j = 0; j < je; j++) {
-                const float *v = p->vf + ((b * sh->Sk + j) * sh->Hkv + hk) * d;
-                double e = exp(s[j] - m);
-                float ef = rnd(sh->dtype, expf(sf[j] - mf));
-                l += e, lf += ef;
-                for (int64_t x = 0; x < d; x++) o[x] += e * v[x], of[x] += ef * v[x];
-            }
+            oracle_row rr;
+            bench_oracle_row(p, b, h, i, je, s, sf, o, of, &rr);
+            const double m = rr.m, l = rr.l;
+            const float mf = rr.mf, lf = rr.lf;
             double D = 0;
             float Df = 0;
             for (int64_t x = 0; x < d; x++) {
                 D += je ? dO[x] * (o[x] / l) : 0;
-                Df += je ? dO[x] * rnd(sh->dtype, of[x] / lf) : 0;
+                Df += je ? dO[x] * bp_round(sh->dtype, of[x] / lf) : 0;
             }
             hs->lse[gi] = je ? m + log(l) : -INFINITY;
             hs->lsef[gi] = je ? mf + logf(lf) : -INFINITY;
@@ -125,8 +100,8 @@ static void dscore(const bench_problem *p, const head_stats *hs, int64_t b, int6
     size_t gi = (size_t)(g * sh->Sq + i);
     *P = exp(a * scale - hs->lse[gi]);
     *dS = *P * (dp - hs->D[gi]);
-    *Pf = rnd(sh->dtype, expf(rnd(sh->dtype, af * (float)scale) - hs->lsef[gi]));
-    *dSf = rnd(sh->dtype, *Pf * (dpf - hs->Df[gi]));
+    *Pf = bp_round(sh->dtype, expf(bp_round(sh->dtype, af * (float)scale) - hs->lsef[gi]));
+    *dSf = bp_round(sh->dtype, *Pf * (dpf - hs->Df[gi]));
 }
 
 static void acc_err(double got, double ref, double sp, double *err, double *err_sp,
@@ -176,7 +151,7 @@ int check_backward(const bench_problem *p, int nrows, bench_check *c)
             size_t base = (size_t)(((b * sh->Sq + i) * sh->H + h) * d);
             for (int64_t x = 0; x < d; x++)
                 acc_err(bp_load(p->dq, dt, base + (size_t)x), scale * acc[x],
-                        rnd(dt, (float)scale * accf[x]), &err, &err_sp, &mx, &nan);
+                        bp_round(dt, (float)scale * accf[x]), &err, &err_sp, &mx, &nan);
             rows++;
         }
         /* dk, dv rows of this KV head */
@@ -201,9 +176,9 @@ int check_backward(const bench_problem *p, int nrows, bench_check *c)
             size_t base = (size_t)(((b * sh->Sk + j) * sh->Hkv + hk) * d);
             for (int64_t x = 0; x < d; x++) {
                 acc_err(bp_load(p->dk, dt, base + (size_t)x), scale * acc[x],
-                        rnd(dt, (float)scale * accf[x]), &err, &err_sp, &mx, &nan);
+                        bp_round(dt, (float)scale * accf[x]), &err, &err_sp, &mx, &nan);
                 acc_err(bp_load(p->dv, dt, base + (size_t)x), acc[d + x],
-                        rnd(dt, accf[d + x]), &err, &err_sp, &mx, &nan);
+                        bp_round(dt, accf[d + x]), &err, &err_sp, &mx, &nan);
             }
             rows++;
         }

@@ -138,7 +138,8 @@ static void ladder_bars(FILE *f, const bench_run *R, double y0)
         double x = L + i * bw + bw * 0.15, y = YL(ok[i]->gflops);
         fprintf(f, "<rect x='%.1f' y='%.1f' width='%.1f' height='%.1f' fill='#3a6ea5'/>\n", x, y,
                 bw * 0.7, B - y);
-        snprintf(buf, sizeof buf, "%.3g (%.1f%%)", ok[i]->gflops, ok[i]->pct_peak);
+        if (ok[i]->device) snprintf(buf, sizeof buf, "%.3g (GPU)", ok[i]->gflops);
+        else snprintf(buf, sizeof buf, "%.3g (%.1f%%)", ok[i]->gflops, ok[i]->pct_peak);
         svg_text(f, x + bw * 0.35, y - 4, "middle", 11, buf);
         svg_text(f, x + bw * 0.35, B + 16, "middle", 12, ok[i]->impl);
     }

@@ -81,15 +81,30 @@ static void ladder(const bench_run *R, FILE *f)
             fprintf(f, "%-13s %-5s %-9.2g %s\n", r->impl, "FAIL", r->err, r->note);
             continue;
         }
-        fprintf(f, "%-13s %-5s %-9.2g %-28s %9.2f %6.1f%% %11s %11s %11s %11s\n", r->impl,
-                "PASS", r->err, t, r->gflops, r->pct_peak, a, b, c, d);
+        char pct[16];
+        snprintf(pct, sizeof pct, "%6.1f%%", r->pct_peak);
+        if (r->device) {                         /* see the footnote below the kernels */
+            snprintf(pct, sizeof pct, "%7s", "-");
+            if (r->rss_delta >= 0) strncat(b, "*", sizeof b - strlen(b) - 1);
+        }
+        fprintf(f, "%-13s %-5s %-9.2g %-28s %9.2f %s %11s %11s %11s %11s\n", r->impl,
+                "PASS", r->err, t, r->gflops, pct, a, b, c, d);
     }
     fprintf(f, "kernels:\n");
     for (int i = 0; i < R->res.n; i++) {
         const bench_result *r = &R->res.v[i];
         if (!strcmp(r->section, "ladder") && r->kernel[0])
             fprintf(f, "  %-13s %s%s%s\n", r->impl, r->kernel,
-                    r->threads != R->threads ? "  [runs on 1 thread]" : "", "");
+                    r->threads != R->threads && !r->device ? "  [runs on 1 thread]" : "", "");
+    }
+    for (int i = 0; i < R->res.n; i++) {
+        const bench_result *r = &R->res.v[i];
+        if (strcmp(r->section, "ladder") || !r->device || r->status != RES_OK) continue;
+        fprintf(f, "%s: %.1f TFLOP/s. %%peak: - (the measured ceiling is the CPU's). "
+                "* peak RSS + is device memory still held after the first call "
+                "(cuMemGetInfo), not host RSS. DRAM (modeled) is HBM traffic for the "
+                "kernel's tiles; (measured): n/a, host counters do not see the GPU.\n",
+                r->impl, r->gflops / 1e3);
     }
     if (perf_reason()[0])
         fprintf(f, "DRAM (measured): n/a (perf_event_open: %s)\n", perf_reason());
@@ -182,7 +197,12 @@ static void seqlen(const bench_run *R, FILE *f)
 static void full(const bench_run *R, FILE *f, const char *section)
 {
     char shape[128], t[96];
-    fprintf(f, "\n== %s ==\n", !strcmp(section, "full")
+    int gpu = 0;
+    for (int i = 0; i < R->res.n; i++)
+        gpu |= !strcmp(R->res.v[i].section, section) && R->res.v[i].device;
+    fprintf(f, "\n== %s ==\n", gpu ? "CUDA: the problem of the command line, forward and "
+                                     "backward; FLOPs bwd = 2.5 x fwd"
+                               : !strcmp(section, "full")
                                    ? "CPU sweep (PERFORMANCE.md): B=1 H=16; FLOPs bwd = 2.5 x fwd"
                                    : "Decode (Sq = 1, GQA 32:8) and the paged KV cache");
     fprintf(f, "%-40s %-4s %4s %-6s %-28s %9s %7s\n", "shape", "dir", "thr", "check",
@@ -197,8 +217,11 @@ static void full(const bench_run *R, FILE *f, const char *section)
             continue;
         }
         time_str(r, t, sizeof t);
-        fprintf(f, "%-40s %-4s %4d %-6s %-28s %9.2f %6.1f%%\n", shape, r->dir, r->threads,
-                "PASS", t, r->gflops, r->pct_peak);
+        char pct[16];
+        if (r->device) snprintf(pct, sizeof pct, "%7s", "-");
+        else snprintf(pct, sizeof pct, "%6.1f%%", r->pct_peak);
+        fprintf(f, "%-40s %-4s %4d %-6s %-28s %9.2f %s%s\n", shape, r->dir, r->threads,
+                "PASS", t, r->gflops, pct, r->device ? "  (GPU)" : "");
     }
 }
 
@@ -259,8 +282,8 @@ int report_csv(const bench_run *R, const char *path)
         csv_num(f, ok, r->t_max);
         csv_num(f, ok, r->runs);
         csv_num(f, ok, r->gflops);
-        csv_num(f, ok, r->pct_peak);
-        csv_num(f, ok, peak_for(&R->peak, r->threads, s->dtype));
+        csv_num(f, ok && !r->device, r->pct_peak);
+        csv_num(f, ok && !r->device, peak_for(&R->peak, r->threads, s->dtype));
         csv_num(f, ok, r->extra_model);
         csv_num(f, ok && r->rss_delta >= 0, r->rss_delta);
         csv_num(f, ok, r->io_model);

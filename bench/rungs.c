@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "bench.h"
+#include "cudrv.h"
 
 int rung_list(const bench_run *R, rung_spec *out, int max)
 {
@@ -67,8 +68,9 @@ void rung_describe(const char *isa, char *buf, size_t len)
 }
 
 /* Tile rows the call uses, as the library reports them: "64x128 tiles" in the kernel name
- * (per call), else "Br x Bc = 128 x 192" in describe (the second such line is the
- * backward's), else "block_q=64" / "block_kv=64" in describe. 0 when nothing says. */
+ * (per call; the CUDA kernels name them as a bare "128x64" word), else "Br x Bc = 128 x 192"
+ * in describe (the second such line is the backward's), else "block_q=64" / "block_kv=64"
+ * in describe. 0 when nothing says. */
 static const char *parse_tiles(const char *desc, const char *kernel, int backward, int *bq,
                                int *bkv)
 {
@@ -78,6 +80,12 @@ static const char *parse_tiles(const char *desc, const char *kernel, int backwar
         const char *s = t;
         while (s > kernel && s[-1] != ' ') s--;
         if (sscanf(s, "%dx%d", bq, bkv) == 2) return "kernel name";
+    }
+    for (const char *w = kernel; w && *w; w = strchr(w, ' ') ? strchr(w, ' ') + 1 : "") {
+        int n = 0;
+        if (sscanf(w, "%dx%d%n", bq, bkv, &n) == 2 && (w[n] == ' ' || !w[n]) && *bq > 0)
+            return "kernel name";
+        *bq = *bkv = 0;
     }
     const char *e = desc ? strstr(desc, "Br x Bc = ") : NULL;
     if (e && backward) e = strstr(e + 1, "Br x Bc = ");
@@ -104,8 +112,30 @@ typedef struct {
     float *outf;
     int threads, backward;
     fa_options opt;
+    /* the tensors the library gets: p's (host), or dev's (device) */
+    fa_tensor *tq, *tk, *tv, *tout, *tdout, *tdq, *tdk, *tdv;
+    float *lse;
+    int device;                     /* a CUDA context: dev holds the problem, cudrv is open */
+    bench_dev dev;
+    CUresult cu_err;                /* the first device error seen by run_once            */
 } call_env;
 
+static void env_tensors_host(call_env *e)
+{
+    bench_problem *p = e->p;
+    e->tq = &p->tq, e->tk = &p->tk, e->tv = &p->tv, e->tout = &p->tout, e->lse = p->lse;
+    e->tdout = &p->tdout, e->tdq = &p->tdq, e->tdk = &p->tdk, e->tdv = &p->tdv;
+}
+
+static void env_tensors_dev(call_env *e)
+{
+    bench_dev *d = &e->dev;
+    e->tq = &d->tq, e->tk = &d->tk, e->tv = &d->tv, e->tout = &d->tout, e->lse = d->lse_ptr;
+    e->tdout = &d->tdout, e->tdq = &d->tdq, e->tdk = &d->tdk, e->tdv = &d->tdv;
+}
+
+/* One call. On a device the call is queued: run_once waits for it (cuCtxSynchronize), so
+ * that a timing around run_once covers the work and an error of the kernels shows here. */
 static int run_once(call_env *e)
 {
     bench_problem *p = e->p;
@@ -113,14 +143,60 @@ static int run_once(call_env *e)
     if (e->rs->kind == IMPL_BLAS) return blas_forward(p, e->outf, e->threads);
     fa_status st;
     if (e->backward)
-        st = fa_backward(e->ctx, &p->tdq, &p->tdk, &p->tdv, NULL, &p->tdout, &p->tq, &p->tk,
-                         &p->tv, &p->tout, p->lse, &e->opt);
+        st = fa_backward(e->ctx, e->tdq, e->tdk, e->tdv, NULL, e->tdout, e->tq, e->tk, e->tv,
+                         e->tout, e->lse, &e->opt);
     else if (p->sh.paged)
-        st = fa_forward_kvcache(e->ctx, &p->tout, p->lse, &p->tq, &p->tkp, &p->tvp, NULL, NULL,
+        st = fa_forward_kvcache(e->ctx, e->tout, e->lse, e->tq, &p->tkp, &p->tvp, NULL, NULL,
                                 p->cache_seqlens, p->block_table, p->pages_per_seq, &e->opt);
     else
-        st = fa_forward(e->ctx, &p->tout, p->lse, &p->tq, &p->tk, &p->tv, &e->opt);
+        st = fa_forward(e->ctx, e->tout, e->lse, e->tq, e->tk, e->tv, &e->opt);
+    if (st == FA_OK && e->device) {
+        CUresult r = cudrv_sync();
+        if (r != 0) {
+            if (!e->cu_err) e->cu_err = r;
+            return -1;
+        }
+    }
     return st == FA_OK ? 0 : -1;
+}
+
+/* The device of a CUDA context, from its description ("gpu: NAME (device N), ..."). */
+static int describe_device(const char *desc)
+{
+    const char *s = desc ? strstr(desc, "(device ") : NULL;
+    int dev = 0;
+    if (s) sscanf(s, "(device %d)", &dev);
+    return dev;
+}
+
+/* Open the driver on the context's device and put the problem there; the rung's reason
+ * in res->note when that cannot be done. */
+static int device_setup(call_env *e, bench_result *res)
+{
+    const bench_shape *sh = &e->p->sh;
+    char why[240];
+    if (sh->dtype == FA_F32) {
+        snprintf(res->note, sizeof res->note, "%s: unsupported: fp32 q/k/v (the CUDA kernels "
+                 "take fp16 and bf16; the ladder runs this rung in bf16)", e->rs->label);
+        return -1;
+    }
+    if (sh->paged) {
+        snprintf(res->note, sizeof res->note, "%s: the paged KV cache has no device path in "
+                 "this bench", e->rs->label);
+        return -1;
+    }
+    if (cudrv_open(describe_device(fa_context_describe(e->ctx)), why, sizeof why)) {
+        snprintf(res->note, sizeof res->note, "%s: a context was created, but %s",
+                 e->rs->label, why);
+        return -1;
+    }
+    e->device = 1;
+    if (dev_alloc(&e->dev, e->p, e->backward, 1, why, sizeof why)) {
+        snprintf(res->note, sizeof res->note, "%s: %s", e->rs->label, why);
+        return -1;
+    }
+    env_tensors_dev(e);
+    return 0;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -146,6 +222,7 @@ int rung_measure(bench_run *R, const rung_spec *rs, bench_problem *p, int backwa
 {
     const bench_shape *sh = &p->sh;
     call_env e = { .rs = rs, .p = p, .threads = threads, .backward = backward };
+    env_tensors_host(&e);
     e.opt.causal = sh->causal ? FA_CAUSAL_BOTTOM_RIGHT : FA_CAUSAL_NONE;
     snprintf(res->impl, sizeof res->impl, "%s", rs->label);
     snprintf(res->dir, sizeof res->dir, "%s", backward ? "bwd" : "fwd");
@@ -197,13 +274,12 @@ int rung_measure(bench_run *R, const rung_spec *rs, bench_problem *p, int backwa
             return RES_NA;
         }
         if (rs->backend == FA_BACKEND_CUDA) {
-            res->status = RES_NA;
-            snprintf(res->note, sizeof res->note, "cuda: a context was created, but this "
-                     "bench has no device-memory path yet (CUDA is future work)");
-            fa_context_destroy(e.ctx);
-            return RES_NA;
-        }
-        if (fa_context_set_threads(e.ctx, threads) != FA_OK) {
+            res->device = 1;
+            if (device_setup(&e, res)) {
+                res->status = RES_NA;
+                goto done;
+            }
+        } else if (fa_context_set_threads(e.ctx, threads) != FA_OK) {
             used = 1;                       /* the reference backend runs on one thread */
             fa_context_set_threads(e.ctx, 0);
         }
@@ -211,21 +287,19 @@ int rung_measure(bench_run *R, const rung_spec *rs, bench_problem *p, int backwa
             res->status = RES_NA;
             snprintf(res->note, sizeof res->note, "%s: set_tiles(%d, %d): %s", rs->label, bq,
                      bkv, fa_last_error(e.ctx));
-            fa_context_destroy(e.ctx);
-            return RES_NA;
+            goto done;
         }
         const char *kname = NULL;
         if (backward)
-            st = fa_query_backward(e.ctx, &kname, &p->tdq, &p->tdk, &p->tdv, NULL, &p->tdout,
-                                   &p->tq, &p->tk, &p->tv, &p->tout, p->lse, &e.opt);
+            st = fa_query_backward(e.ctx, &kname, e.tdq, e.tdk, e.tdv, NULL, e.tdout, e.tq,
+                                   e.tk, e.tv, e.tout, e.lse, &e.opt);
         else
-            st = fa_query(e.ctx, &kname, &p->tout, p->lse, &p->tq, &p->tk, &p->tv, &e.opt);
+            st = fa_query(e.ctx, &kname, e.tout, e.lse, e.tq, e.tk, e.tv, &e.opt);
         if (st != FA_OK) {
             res->status = RES_NA;
             snprintf(res->note, sizeof res->note, "%s: not available for this call: %s",
                      rs->label, fa_last_error(e.ctx));
-            fa_context_destroy(e.ctx);
-            return RES_NA;
+            goto done;
         }
         snprintf(res->kernel, sizeof res->kernel, "%s%s", sh->paged ? "kvcache paged; " : "",
                  kname ? kname : "?");
@@ -246,15 +320,21 @@ int rung_measure(bench_run *R, const rung_spec *rs, bench_problem *p, int backwa
         double tiles = 4.0 * (2.0 * br_model * sh->d + 2.0 * bc_model * sh->d +
                               (double)br_model * bc_model + 2.0 * br_model);
         res->extra_model = 8.0 * sh->B * sh->H * sh->Sq + used * tiles;
+        if (e.device) {   /* m, l and the tiles live in registers and shared memory; split-kv
+                             keeps a partial O and lse per split, fp32, in device memory */
+            const char *sp = kname ? strstr(kname, "split-kv ") : NULL;
+            int splits = 0;
+            if (sp) sscanf(sp, "split-kv %d", &splits);
+            res->extra_model = splits > 1 ? 4.0 * splits * sh->B * sh->H * sh->Sq * (sh->d + 1) : 0;
+        }
         if (backward) res->extra_model += 4.0 * sh->B * sh->H * sh->Sq * (sh->d + 1);
         res->io_model = backward ? io_model_flash_bwd(sh, bc_model) : io_model_flash(sh, br_model);
         if (backward) {                        /* out and lse from a forward first */
-            if (fa_forward(e.ctx, &p->tout, p->lse, &p->tq, &p->tk, &p->tv, &e.opt) != FA_OK) {
+            if (fa_forward(e.ctx, e.tout, e.lse, e.tq, e.tk, e.tv, &e.opt) != FA_OK) {
                 res->status = RES_FAIL;
                 snprintf(res->note, sizeof res->note, "forward before backward: %s",
                          fa_last_error(e.ctx));
-                fa_context_destroy(e.ctx);
-                return RES_FAIL;
+                goto done;
             }
         }
     }
@@ -263,7 +343,17 @@ int rung_measure(bench_run *R, const rung_spec *rs, bench_problem *p, int backwa
     /* ---- 1. check (and warm up, and record the peak RSS growth) ---- */
     size_t nq = (size_t)(sh->B * sh->Sq * sh->H * sh->d);
     size_t nk = (size_t)(sh->B * sh->Sk * sh->Hkv * sh->d);
-    if (backward) {
+    size_t dev_free0 = 0, dev_free1 = 0;
+    int dev_mem = 0;
+    if (e.device) {
+        CUresult r = dev_poison(&e.dev, p);
+        if (r != 0) {
+            res->status = RES_FAIL;
+            snprintf(res->note, sizeof res->note, "%s: upload: %s", rs->label, cudrv_error(r));
+            goto done;
+        }
+        dev_mem = cudrv_sync() == 0 && cudrv_mem_free(&dev_free0) == 0;
+    } else if (backward) {
         poison(p->dq, sh->dtype, nq);
         poison(p->dk, sh->dtype, nk);
         poison(p->dv, sh->dtype, nk);
@@ -281,11 +371,24 @@ int rung_measure(bench_run *R, const rung_spec *rs, bench_problem *p, int backwa
     double t_first = now_s() - t0;
     long after = rss_peak_kib();
     if (before >= 0 && after >= 0) res->rss_delta = 1024.0 * (double)(after > before ? after - before : 0);
+    if (e.device) {        /* device memory still held after the call, not host RSS */
+        res->rss_delta = -1;
+        if (dev_mem && cudrv_mem_free(&dev_free1) == 0)
+            res->rss_delta = dev_free1 < dev_free0 ? (double)(dev_free0 - dev_free1) : 0;
+    }
     if (rc != 0) {
         res->status = RES_FAIL;
         snprintf(res->note, sizeof res->note, "%s: call failed: %s", rs->label,
-                 e.ctx ? fa_last_error(e.ctx) : "out of memory");
+                 e.cu_err ? cudrv_error(e.cu_err) : e.ctx ? fa_last_error(e.ctx) : "out of memory");
         goto done;
+    }
+    if (e.device) {
+        CUresult r = dev_download(&e.dev, p);
+        if (r != 0) {
+            res->status = RES_FAIL;
+            snprintf(res->note, sizeof res->note, "%s: download: %s", rs->label, cudrv_error(r));
+            goto done;
+        }
     }
     bench_check c;
     int ok = backward ? check_backward(p, R->check_rows, &c)
@@ -313,13 +416,20 @@ int rung_measure(bench_run *R, const rung_spec *rs, bench_problem *p, int backwa
         snprintf(res->note, sizeof res->note, "out of memory");
         goto done;
     }
-    perf_start();
+    if (!e.device) perf_start();         /* host cache misses say nothing about a GPU */
     for (int i = 0; i < n; i++) {
         double s0 = now_s();
         run_once(&e);
         t[i] = now_s() - s0;
     }
-    double bytes = perf_stop_bytes();
+    double bytes = e.device ? -1 : perf_stop_bytes();
+    if (e.cu_err) {
+        free(t);
+        res->status = RES_FAIL;
+        snprintf(res->note, sizeof res->note, "%s: device error while timing: %s", rs->label,
+                 cudrv_error(e.cu_err));
+        goto done;
+    }
     qsort(t, (size_t)n, sizeof(double), cmp_double);
     res->runs = n;
     res->t_min = t[0];
@@ -328,14 +438,27 @@ int rung_measure(bench_run *R, const rung_spec *rs, bench_problem *p, int backwa
     free(t);
     res->io_meas = bytes >= 0 ? bytes / n : -1;
     res->gflops = bp_flops(sh, backward) / res->t_med / 1e9;
-    double pk = peak_for(&R->peak, used, sh->dtype);
+    double pk = e.device ? 0 : peak_for(&R->peak, used, sh->dtype);
     res->pct_peak = pk > 0 ? 100.0 * res->gflops / pk : 0;
     res->status = RES_OK;
     snprintf(res->note, sizeof res->note, "check %.2g <= tol %.2g (%d rows)%s%s%s", c.err,
              c.tol, c.rows, rs->kind == IMPL_FA ? "; IO model Br from " : "",
              rs->kind == IMPL_FA ? br_src : "", used != threads ? "; 1 thread (reference)" : "");
+    if (e.device) {
+        char name[128], io[32];
+        cudrv_name(name, sizeof name);
+        fmt_bytes((double)e.dev.bytes, io, sizeof io);
+        size_t l = strlen(res->note);
+        snprintf(res->note + l, sizeof res->note - l, "; %s; time: host clock around each "
+                 "call with cuCtxSynchronize; rss_delta = device memory held after the first "
+                 "call (cuMemGetInfo), beyond the %s of inputs and outputs", name, io);
+    }
 done:
     free(e.outf);
+    if (e.device) {
+        dev_free(&e.dev);
+        cudrv_close();
+    }
     fa_context_destroy(e.ctx);
     return res->status;
 }

@@ -75,7 +75,22 @@ void sweep_ladder(bench_run *R)
         progress(R, "ladder: %s (%s)", rs[i].label, shape);
         bench_result *r = results_add(&R->res);
         snprintf(r->section, sizeof r->section, "ladder");
-        rung_measure(R, &rs[i], &p, 0, R->threads, R->bq, R->bkv, r);
+        if (rs[i].backend == FA_BACKEND_CUDA && p.sh.dtype == FA_F32) {
+            /* the CUDA kernels take fp16/bf16: the same inputs rounded to bf16 */
+            rung_spec cu = rs[i];
+            cu.label = "cuda (bf16)";
+            bench_problem pb;
+            if (bp_alloc_converted(&pb, &p, FA_BF16)) {
+                snprintf(r->impl, sizeof r->impl, "%s", cu.label);
+                r->status = RES_NA;
+                snprintf(r->note, sizeof r->note, "cuda: cannot allocate the bf16 inputs");
+            } else {
+                rung_measure(R, &cu, &pb, 0, R->threads, R->bq, R->bkv, r);
+            }
+            bp_free(&pb);
+        } else {
+            rung_measure(R, &rs[i], &p, 0, R->threads, R->bq, R->bkv, r);
+        }
         if (r->status == RES_OK && rs[i].backend == FA_BACKEND_CPU && rs[i].isa)
             snprintf(R->best_isa, sizeof R->best_isa, "%s", rs[i].isa);
         if (r->status != RES_OK) fprintf(stderr, "        %s\n", r->note);
@@ -211,8 +226,16 @@ static const int64_t full_S[] = { 512, 1024, 2048, 4096, 8192 };
 static const int64_t full_d[] = { 64, 128 };
 static const fa_dtype full_dt[] = { FA_F32, FA_BF16 };
 
+/* --backend cuda --mode sweep: the problem of the command line, forward and backward,
+ * on the GPU (in bf16 when --dtype is f32: the CUDA kernels take fp16 and bf16). */
+static int cuda_only(const bench_run *R)
+{
+    return R->backend && !strcmp(R->backend, "cuda");
+}
+
 int sweep_count_full(const bench_run *R)
 {
+    if (cuda_only(R)) return 2;
     int nthr = R->nthreads_all > 1 ? 2 : 1;
     if (R->sweep_only) return 2 * nthr;
     return NELEM(full_S) * NELEM(full_d) * NELEM(full_dt) * 2 * 2 * nthr + 3;
@@ -249,6 +272,16 @@ static void full_point(bench_run *R, const rung_spec *rs, const char *label,
 void sweep_full(bench_run *R)
 {
     char label[32];
+    if (cuda_only(R)) {
+        rung_spec cu = { IMPL_FA, FA_BACKEND_CUDA, NULL, "cuda" };
+        bench_shape sh = R->sh;
+        if (sh.dtype == FA_F32) sh.dtype = FA_BF16, cu.label = "cuda (bf16)";
+        for (int bw = 0; bw < 2; bw++) {
+            double rate = 0;
+            full_point(R, &cu, cu.label, &sh, bw, R->threads, &rate, "full");
+        }
+        return;
+    }
     rung_spec rs = sweep_rung(R, label, sizeof label);
     if (!cpu_wanted(R)) return;
     int thr[2] = { 1, R->nthreads_all };
