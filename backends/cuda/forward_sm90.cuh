@@ -74,6 +74,28 @@ __device__ __forceinline__ void fa_load_tile90(unsigned char *dst, int nvalid, i
     }
 }
 
+/* A whole tile of R rows from a dense tensor (rows at src_row0 + r * row_stride): the fast
+   path of the K/V loads. Thread t always copies chunk t % (D/8) of rows t / (D/8) + i * RSTEP,
+   and RSTEP is a multiple of 8, so its swizzled destination is one base plus i * RSTEP rows
+   and its source one pointer stepped by RSTEP rows: two adds per 16-byte copy, against the
+   general loader's per-row index arithmetic. */
+template <int D, int R, int NT, typename T>
+__device__ __forceinline__ void fa_load_full90(unsigned char *dst, const T *src_row0, int64_t row_stride, int ncols)
+{
+    constexpr int CPR = D / 8, RSTEP = NT / CPR, IT = R * CPR / NT;
+    static_assert(RSTEP % 8 == 0 && NT % CPR == 0, "the swizzle must repeat every RSTEP rows");
+    const int ch = threadIdx.x % CPR, r0 = threadIdx.x / CPR;
+    const bool ok = ch * 8 < ncols;
+    const T *src = src_row0 + (int64_t)r0 * row_stride + ch * 8;
+    const int64_t step = (int64_t)RSTEP * row_stride;
+    unsigned char *d0 = dst + fa_swz128<R>(r0, ch);
+#pragma unroll
+    for (int it = 0; it < IT; it++) {
+        fa_cp_async16(d0 + it * RSTEP * 128, ok ? src : src_row0, ok ? 16 : 0);
+        src += step;
+    }
+}
+
 template <typename T, int D>
 __global__ void __launch_bounds__(256, 1) fa_fwd_sm90_kernel(const fa_cu_fwd p, const uint32_t v_lbo, const uint32_t v_sbo)
 {
@@ -117,21 +139,28 @@ __global__ void __launch_bounds__(256, 1) fa_fwd_sm90_kernel(const fa_cu_fwd p, 
     const T *vbase = reinterpret_cast<const T *>(p.v) + s.tb * p.v_sb + s.k0 * p.v_ss + (int64_t)hk * p.v_sh;
     const bool paged = p.block_table != nullptr;
 
-    auto load_kv = [&](int nb, int st) {
+    auto load_k = [&](int nb) {
         const int n0 = nb * BN, nval = min(BN, s.sk - n0);
-        fa_load_tile90<D, BN, NT, T>(sK + st * C::KB, nval, p.dqk, [&](int r) {
+        if (!paged && nval == BN) {
+            fa_load_full90<D, BN, NT, T>(sK + (nb & 1) * C::KB, kbase + (int64_t)n0 * p.k_ss, p.k_ss, p.dqk);
+            return;
+        }
+        fa_load_tile90<D, BN, NT, T>(sK + (nb & 1) * C::KB, nval, p.dqk, [&](int r) {
             return paged ? reinterpret_cast<const T *>(p.k) + fa_dev_krow(p, s, b, n0 + r, hk, p.k_sb, p.k_ss, p.k_sh)
                          : kbase + (int64_t)(n0 + r) * p.k_ss;
         });
-        fa_load_tile90<D, BN, NT, T>(sV + st * C::KB, nval, p.dv, [&](int r) {
+    };
+    auto load_v = [&](int nb) {
+        const int n0 = nb * BN, nval = min(BN, s.sk - n0);
+        if (!paged && nval == BN) {
+            fa_load_full90<D, BN, NT, T>(sV + (nb & 1) * C::KB, vbase + (int64_t)n0 * p.v_ss, p.v_ss, p.dv);
+            return;
+        }
+        fa_load_tile90<D, BN, NT, T>(sV + (nb & 1) * C::KB, nval, p.dv, [&](int r) {
             return paged ? reinterpret_cast<const T *>(p.v) + fa_dev_krow(p, s, b, n0 + r, hk, p.v_sb, p.v_ss, p.v_sh)
                          : vbase + (int64_t)(n0 + r) * p.v_ss;
         });
     };
-
-    fa_load_tile90<D, BM, NT, T>(sQ, s.sq - m0, p.dqk, [&](int r) { return qbase + (int64_t)r * p.q_ss; });
-    if (nb_lo < nb_hi) load_kv(nb_lo, 0);
-    fa_cp_async_commit();
 
     float oacc[D / 2];
 #pragma unroll
@@ -140,37 +169,35 @@ __global__ void __launch_bounds__(256, 1) fa_fwd_sm90_kernel(const fa_cu_fwd p, 
     const float sl2 = p.scale * FA_LOG2E;
     const uint32_t qaddr = fa_smem_u32(sQ) + wg * 64 * 128;
     const int wrow = wg * 64 + warp * 16;     /* first row of this warp in the block */
+    float sacc[BN / 2];
+    uint32_t pa[BN / 16][4];
 
-    for (int nb = nb_lo, it = 0; nb < nb_hi; nb++, it++) {
-        const int st = it & 1;
-        __syncthreads();                      /* every warpgroup is done with stage st ^ 1 */
-        if (nb + 1 < nb_hi) {
-            load_kv(nb + 1, st ^ 1);
-            fa_cp_async_commit();
-            fa_cp_async_wait<1>();
-        } else {
-            fa_cp_async_wait<0>();
-        }
-        fa_fence_proxy_async();               /* cp.async's writes, then the tensor cores' reads */
-        __syncthreads();
-
-        /* S = Q K^T */
-        float sacc[BN / 2];
-        const uint32_t kaddr = fa_smem_u32(sK + st * C::KB);
-#pragma unroll
-        for (int i = 0; i < BN / 2; i++) sacc[i] = 0.f;
+    /* S = Q K[nb]^T, issued (not waited for) */
+    auto issue_qk = [&](int nb) {
+        const uint32_t kaddr = fa_smem_u32(sK + (nb & 1) * C::KB);
 #pragma unroll
         for (int i = 0; i < BN / 2; i++) fa_reg_fence(sacc[i]);
         fa_wgmma_fence();
 #pragma unroll
         for (int k = 0; k < D / 16; k++)
             fa_wgmma_ss<BN>(sacc, fa_gmma_desc(qaddr + (k >> 2) * (BM * 128) + (k & 3) * 32, 16, 1024),
-                            fa_gmma_desc(kaddr + (k >> 2) * (BN * 128) + (k & 3) * 32, 16, 1024), 1, T());
+                            fa_gmma_desc(kaddr + (k >> 2) * (BN * 128) + (k & 3) * 32, 16, 1024), k > 0, T());
         fa_wgmma_commit();
-        fa_wgmma_wait<0>();
+    };
+    /* O += P V[nb], issued */
+    auto issue_pv = [&](int nb) {
+        const uint32_t vaddr = fa_smem_u32(sV + (nb & 1) * C::KB);
 #pragma unroll
-        for (int i = 0; i < BN / 2; i++) fa_reg_fence(sacc[i]);
-
+        for (int i = 0; i < D / 2; i++) fa_reg_fence(oacc[i]);
+        fa_wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++)
+            fa_wgmma_rs<D>(oacc, pa[kk], fa_gmma_desc(vaddr + kk * 16 * 128, v_lbo, v_sbo), 1, T());
+        fa_wgmma_commit();
+    };
+    /* mask and online softmax of sacc (tile nb): sacc becomes P (fp32), alpha the rescale
+       of everything accumulated before this tile */
+    auto softmax = [&](int nb, float alpha[2]) {
         const int n0 = nb * BN;
         if (n0 < full_lo || n0 + BN > full_hi) {
 #pragma unroll
@@ -188,8 +215,7 @@ __global__ void __launch_bounds__(256, 1) fa_fwd_sm90_kernel(const fa_cu_fwd p, 
                     }
             }
         }
-        /* online softmax in base 2: a row lives in the 4 lanes of a quad */
-        float alpha[2];
+        /* base 2: a row lives in the 4 lanes of a quad */
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             float mx = -INFINITY;
@@ -210,14 +236,8 @@ __global__ void __launch_bounds__(256, 1) fa_fwd_sm90_kernel(const fa_cu_fwd p, 
             }
             rsum[r] = rsum[r] * alpha[r] + sum;
         }
-#pragma unroll
-        for (int i = 0; i < D / 8; i++) {
-            oacc[4 * i] *= alpha[0]; oacc[4 * i + 1] *= alpha[0];
-            oacc[4 * i + 2] *= alpha[1]; oacc[4 * i + 3] *= alpha[1];
-        }
-
-        /* O += P V */
-        uint32_t pa[BN / 16][4];
+    };
+    auto pack_p = [&]() {
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++) {
             pa[kk][0] = fa_pack2(sacc[8 * kk + 0], sacc[8 * kk + 1], T());
@@ -225,14 +245,65 @@ __global__ void __launch_bounds__(256, 1) fa_fwd_sm90_kernel(const fa_cu_fwd p, 
             pa[kk][2] = fa_pack2(sacc[8 * kk + 4], sacc[8 * kk + 5], T());
             pa[kk][3] = fa_pack2(sacc[8 * kk + 6], sacc[8 * kk + 7], T());
         }
-        const uint32_t vaddr = fa_smem_u32(sV + st * C::KB);
+    };
+
+    /* Pipeline (one warpgroup's view; K and V each have 2 buffers, tile n in buffer n & 1):
+         prologue: load Q, K[lo] | K[lo+1], V[lo];  S = Q K[lo]^T; softmax -> P
+         tile n > lo: load K[n+1], V[n] | issue S = Q K[n]^T and O += P V[n-1] together;
+                      wait for S; softmax of tile n while the tensor cores run P V[n-1];
+                      wait for P V[n-1]; O *= alpha; P = exp(S - m)
+         end: O += P V[hi-1]
+       A buffer is refilled only after the barrier that follows every warpgroup's wait for
+       the product that read it: K[n+1] goes where K[n-1] was (read by S of tile n-1),
+       V[n] where V[n-2] was (read by P V[n-2], waited for in tile n-1). */
+    fa_load_tile90<D, BM, NT, T>(sQ, s.sq - m0, p.dqk, [&](int r) { return qbase + (int64_t)r * p.q_ss; });
+    if (nb_lo < nb_hi) load_k(nb_lo);
+    fa_cp_async_commit();
+    if (nb_lo < nb_hi) {
+        if (nb_lo + 1 < nb_hi) load_k(nb_lo + 1);
+        load_v(nb_lo);
+        fa_cp_async_commit();
+        fa_cp_async_wait<1>();
+        fa_fence_proxy_async();
+        __syncthreads();
+        issue_qk(nb_lo);
+        fa_wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < BN / 2; i++) fa_reg_fence(sacc[i]);
+        float alpha[2];
+        softmax(nb_lo, alpha);
+        pack_p();
+    }
+    for (int nb = nb_lo + 1; nb < nb_hi; nb++) {
+        __syncthreads();                      /* K[nb-1] and V[nb-2] are free */
+        if (nb + 1 < nb_hi) load_k(nb + 1);
+        load_v(nb);
+        fa_cp_async_commit();
+        fa_cp_async_wait<1>();                /* K[nb] and V[nb-1] landed */
+        fa_fence_proxy_async();               /* cp.async's writes, then the tensor cores' reads */
+        __syncthreads();
+        issue_qk(nb);
+        issue_pv(nb - 1);
+        fa_wgmma_wait<1>();                   /* S done; P V[nb-1] may still run */
+#pragma unroll
+        for (int i = 0; i < BN / 2; i++) fa_reg_fence(sacc[i]);
+        float alpha[2];
+        softmax(nb, alpha);
+        fa_wgmma_wait<0>();
 #pragma unroll
         for (int i = 0; i < D / 2; i++) fa_reg_fence(oacc[i]);
-        fa_wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++)
-            fa_wgmma_rs<D>(oacc, pa[kk], fa_gmma_desc(vaddr + kk * 16 * 128, v_lbo, v_sbo), 1, T());
-        fa_wgmma_commit();
+        for (int i = 0; i < D / 8; i++) {
+            oacc[4 * i] *= alpha[0]; oacc[4 * i + 1] *= alpha[0];
+            oacc[4 * i + 2] *= alpha[1]; oacc[4 * i + 3] *= alpha[1];
+        }
+        pack_p();
+    }
+    if (nb_lo < nb_hi) {
+        fa_cp_async_wait<0>();                /* V[hi-1] */
+        fa_fence_proxy_async();
+        __syncthreads();
+        issue_pv(nb_hi - 1);
         fa_wgmma_wait<0>();
 #pragma unroll
         for (int i = 0; i < D / 2; i++) fa_reg_fence(oacc[i]);

@@ -1,0 +1,17 @@
+#!/bin/sh
+# ncu-fwd.sh - on the GPU machine: Nsight Compute on one launch of the Hopper forward
+# (bf16 d128 S=8192 non-causal, B=2 H=16: launch 53 of the d128 kernel in
+# `bench_gpu quick fwd`), clocks left alone. Output: $OUT/ncu.txt.
+# Usage: bench/gpu/ncu-fwd.sh [DIR] [KERNEL_REGEX] [SKIP]
+D=${1:-.gpu}
+OUT=${OUT:-gpu-out}
+mkdir -p "$OUT"
+export FA_CUDA_MODULE="$D/flashattn_cuda.so" LD_LIBRARY_PATH="$D${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+timeout ${NCU_TIMEOUT:-150} ncu --clock-control none --kernel-name-base mangled --kernel-name "regex:${2:-fa_fwd_sm90_kernel.*Li128}" \
+  --launch-skip ${3:-52} --launch-count 1 \
+  --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+  --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats \
+  --section InstructionStats \
+  "$D/bench_gpu" quick fwd > "$OUT/ncu.txt" 2>&1
+echo "ncu rc=$?"
+grep -E "Duration|Throughput|Pipe|Issue Slot|Stall|Warp Cycles|Eligible|Active Warps|Registers|Shared Memory Config|Executed Ipc|L2 Hit|L1/TEX Hit|Mem Busy|Max Bandwidth|Theoretical Occ|Achieved Occ|One or More|No Eligible" "$OUT/ncu.txt" | head -60
