@@ -87,8 +87,13 @@ __global__ void __launch_bounds__(fa_bwd_cfg<D>::NT, fa_bwd_cfg<D>::MINB) fa_bwd
         const int h = hk * G + it / nq, m0 = (mt_lo + it % nq) * BQ;
         const T *qb = reinterpret_cast<const T *>(p.q) + s.tb * p.q_sb + (s.q0 + m0) * p.q_ss + (int64_t)h * p.q_sh;
         const T *ob = reinterpret_cast<const T *>(pb.dout) + s.tb * pb.do_sb + (s.q0 + m0) * pb.do_ss + (int64_t)h * pb.do_sh;
-        fa_load_tile<D, BQ, NT>(sQ + buf * BQ * D, s.sq - m0, p.dqk, [&](int r) { return qb + (int64_t)r * p.q_ss; });
-        fa_load_tile<D, BQ, NT>(sdO + buf * BQ * D, s.sq - m0, p.dv, [&](int r) { return ob + (int64_t)r * pb.do_ss; });
+        if (s.sq - m0 >= BQ) {
+            fa_load_full<D, BQ, NT>(sQ + buf * BQ * D, qb, p.q_ss, p.dqk);
+            fa_load_full<D, BQ, NT>(sdO + buf * BQ * D, ob, pb.do_ss, p.dv);
+        } else {
+            fa_load_tile<D, BQ, NT>(sQ + buf * BQ * D, s.sq - m0, p.dqk, [&](int r) { return qb + (int64_t)r * p.q_ss; });
+            fa_load_tile<D, BQ, NT>(sdO + buf * BQ * D, s.sq - m0, p.dv, [&](int r) { return ob + (int64_t)r * pb.do_ss; });
+        }
         for (int r = threadIdx.x; r < BQ; r += NT) {
             const int i = m0 + r;
             float l = INFINITY, d = 0.f;      /* rows past the sequence: P = 0 */

@@ -85,6 +85,10 @@ __global__ void __launch_bounds__(fa_ffast_cfg<D>::NT, fa_ffast_cfg<D>::MINB) fa
 
     auto load_k = [&](int nb) {
         const int n0 = nb * BN, nval = min(BN, s.sk - n0);
+        if (!paged && nval == BN) {
+            fa_load_full<D, BN, NT>(sK, kbase + (int64_t)n0 * p.k_ss, p.k_ss, p.dqk);
+            return;
+        }
         fa_load_tile<D, BN, NT>(sK, nval, p.dqk, [&](int r) {
             return paged ? reinterpret_cast<const T *>(p.k) + fa_dev_krow(p, s, b, n0 + r, hk, p.k_sb, p.k_ss, p.k_sh)
                          : kbase + (int64_t)(n0 + r) * p.k_ss;
@@ -92,6 +96,10 @@ __global__ void __launch_bounds__(fa_ffast_cfg<D>::NT, fa_ffast_cfg<D>::MINB) fa
     };
     auto load_v = [&](int nb) {
         const int n0 = nb * BN, nval = min(BN, s.sk - n0);
+        if (!paged && nval == BN) {
+            fa_load_full<D, BN, NT>(sV, vbase + (int64_t)n0 * p.v_ss, p.v_ss, p.dv);
+            return;
+        }
         fa_load_tile<D, BN, NT>(sV, nval, p.dv, [&](int r) {
             return paged ? reinterpret_cast<const T *>(p.v) + fa_dev_krow(p, s, b, n0 + r, hk, p.v_sb, p.v_ss, p.v_sh)
                          : vbase + (int64_t)(n0 + r) * p.v_ss;

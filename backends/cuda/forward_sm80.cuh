@@ -47,6 +47,26 @@ __device__ __forceinline__ void fa_load_tile(T *dst, int nvalid, int ncols, RowF
     }
 }
 
+/* A whole tile of R rows (rows at src_row0 + r * row_stride, columns >= ncols zero-filled):
+   thread t always copies chunk t % (D/8) of rows t / (D/8) + i * RSTEP, so its source is one
+   pointer stepped by RSTEP rows (one 64-bit add per 16-byte copy instead of the general
+   loader's per-row index and address arithmetic). */
+template <int D, int R, int NT, typename T>
+__device__ __forceinline__ void fa_load_full(T *dst, const T *src_row0, int64_t row_stride, int ncols)
+{
+    constexpr int CPR = D / 8, RSTEP = NT / CPR, IT = R * CPR / NT;
+    static_assert(NT % CPR == 0, "each thread keeps one chunk column");
+    const int ch = threadIdx.x % CPR, r0 = threadIdx.x / CPR;
+    const bool ok = ch * 8 < ncols;
+    const T *src = src_row0 + (int64_t)r0 * row_stride + ch * 8;
+    const int64_t step = (int64_t)RSTEP * row_stride;
+#pragma unroll
+    for (int it = 0; it < IT; it++) {
+        fa_cp_async16(dst + fa_swz<D>(r0 + it * RSTEP, ch), ok ? src : src_row0, ok ? 16 : 0);
+        src += step;
+    }
+}
+
 template <typename T, int D>
 __global__ void __launch_bounds__(fa_fwd_cfg<D>::NT, fa_fwd_cfg<D>::MINB) fa_fwd_kernel(const fa_cu_fwd p)
 {

@@ -97,7 +97,7 @@ __device__ __forceinline__ void fa_load_full90(unsigned char *dst, const T *src_
 }
 
 template <typename T, int D>
-__global__ void __launch_bounds__(256, 1) fa_fwd_sm90_kernel(const fa_cu_fwd p, const uint32_t v_lbo, const uint32_t v_sbo)
+__global__ void __launch_bounds__(256, fa_fwd_sm90_minb(D)) fa_fwd_sm90_kernel(const fa_cu_fwd p, const uint32_t v_lbo, const uint32_t v_sbo)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef fa_f90_cfg<D> C;

@@ -36,7 +36,9 @@ static constexpr inline int fa_fwd_fast_smem(int D) { return (fa_fwd_fast_bm(D) 
    layout of V's descriptor the kernel was written for; 1 swaps its two byte offsets (a
    diagnostic, FA_SM90_VDESC=1). */
 template <typename T, int D> cudaError_t fa_fwd_sm90_launch(const fa_cu_fwd &p, int64_t blocks, cudaStream_t st, int desc_variant);
-static constexpr inline int fa_fwd_sm90_bn(int D) { return D >= 256 ? 64 : 128; }
+static constexpr inline int fa_fwd_sm90_bn(int D) { return D >= 256 || D <= 64 ? 64 : 128; }
+/* blocks per SM the kernel is compiled for: d64 (tiles 128 x 64, ~100 registers) runs 2 */
+static constexpr inline int fa_fwd_sm90_minb(int D) { return D <= 64 ? 2 : 1; }
 static constexpr inline int fa_fwd_sm90_smem(int D) { return (128 + 4 * fa_fwd_sm90_bn(D)) * D * 2 + 1024; }
 #define FA_FWD_SM90_BM 128
 #define FA_FWD_SM90_NT 256

@@ -2,7 +2,8 @@
 # ncu-fwd.sh - on the GPU machine: Nsight Compute on one launch of the Hopper forward
 # (bf16 d128 S=8192 non-causal, B=2 H=16: launch 53 of the d128 kernel in
 # `bench_gpu quick fwd`), clocks left alone. Output: $OUT/ncu.txt.
-# Usage: bench/gpu/ncu-fwd.sh [DIR] [KERNEL_REGEX] [SKIP]
+# Usage: bench/gpu/ncu-fwd.sh [DIR] [KERNEL_REGEX] [SKIP]   Environment: BENCH_ARGS (quick fwd),
+# TAG (suffix of the output file name).
 D=${1:-.gpu}
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
@@ -12,6 +13,6 @@ timeout ${NCU_TIMEOUT:-150} ncu --clock-control none --kernel-name-base mangled 
   --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
   --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats \
   --section InstructionStats \
-  "$D/bench_gpu" quick fwd > "$OUT/ncu.txt" 2>&1
+  "$D/bench_gpu" ${BENCH_ARGS:-quick fwd} > "$OUT/ncu${TAG}.txt" 2>&1
 echo "ncu rc=$?"
-grep -E "Duration|Throughput|Pipe|Issue Slot|Stall|Warp Cycles|Eligible|Active Warps|Registers|Shared Memory Config|Executed Ipc|L2 Hit|L1/TEX Hit|Mem Busy|Max Bandwidth|Theoretical Occ|Achieved Occ|One or More|No Eligible" "$OUT/ncu.txt" | head -60
+grep -E "Duration|Throughput|Pipe|Issue Slot|Stall|Warp Cycles|Eligible|Active Warps|Registers|Shared Memory Config|Executed Ipc|L2 Hit|L1/TEX Hit|Mem Busy|Max Bandwidth|Theoretical Occ|Achieved Occ|One or More|No Eligible" "$OUT/ncu${TAG}.txt" | head -80

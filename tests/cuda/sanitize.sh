@@ -30,6 +30,8 @@ for tool in ${SAN_TOOLS:-memcheck racecheck initcheck synccheck}; do
   rc=$?
   dt=$(( $(date +%s) - t0 ))
   es=$(grep -o "ERROR SUMMARY: [0-9]* error[s]*" "$OUT/san-$tool.log" | tail -1)
+  # racecheck reports "RACECHECK SUMMARY: N hazards displayed (E errors, W warnings)"
+  [ -z "$es" ] && es=$(grep -o "RACECHECK SUMMARY: .*" "$OUT/san-$tool.log" | tail -1)
   tr=$(grep -E "^[0-9]+ passed, [0-9]+ failed" "$OUT/san-$tool.log" | tail -1)
   [ "$rc" = 124 ] && es="${es:-no ERROR SUMMARY (timed out)}"
   line="$tool rc=$rc ${dt} s, ${es:-no ERROR SUMMARY}, test: ${tr:-no summary line}"

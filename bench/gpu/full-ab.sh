@@ -1,0 +1,26 @@
+#!/bin/sh
+# full-ab.sh - on the GPU machine: the quick CUDA test sweep twice (default dispatch, whose
+# forward is the Hopper kernel on an H200, and FA_CUDA_FWD=sm80, the sm80 fast kernel),
+# the whole benchmark (forward and backward) with the default dispatch, the forward with
+# FA_CUDA_FWD=sm80, and torch SDPA (flash, cuDNN, efficient) on the same cells, bf16.
+# Tables: ratios.txt (ours / peers, forward and backward), sm80.csv (the sm80 forward).
+# Usage: bench/gpu/full-ab.sh [DIR]   (logs into $OUT)
+D=${1:-.gpu}
+OUT=${OUT:-gpu-out}
+mkdir -p "$OUT"
+export FA_CUDA_MODULE="$D/flashattn_cuda.so" LD_LIBRARY_PATH="$D${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PYTHONUNBUFFERED=1
+cuobjdump --dump-sass "$D/flashattn_cuda.so" 2>/dev/null | awk '/Function :/{f=$3} /HGMMA/{g[f]++} /HMMA/{h[f]++} /LDL|STL/{s[f]++} END{for(k in h) print "sass", k, "HGMMA", g[k]+0, "HMMA", h[k]+0, "LDL/STL", s[k]+0; for(k in g) if(!(k in h)) print "sass", k, "HGMMA", g[k], "LDL/STL", s[k]+0}' > "$OUT/sass.txt"
+for m in default sm80; do
+  echo "== test_cuda quick ($m)"; t0=$(date +%s)
+  if [ $m = sm80 ]; then FA_CUDA_FWD=sm80 timeout 120 "$D/test_cuda" quick > "$OUT/test-$m.log" 2>&1; rc=$?
+  else timeout 120 "$D/test_cuda" quick > "$OUT/test-$m.log" 2>&1; rc=$?; fi
+  echo "rc=$rc ($(( $(date +%s) - t0 )) s)"; grep -E "^FAIL|passed" "$OUT/test-$m.log" | head -8
+done
+echo "== bench (fwd + bwd)"; t0=$(date +%s)
+timeout ${BENCH_TIMEOUT:-150} "$D/bench_gpu" > "$OUT/ours.csv" 2> "$OUT/bench.err"; echo "rc=$? ($(( $(date +%s) - t0 )) s)"
+echo "== bench fwd (sm80 fast)"; t0=$(date +%s)
+FA_CUDA_FWD=sm80 timeout 60 "$D/bench_gpu" fwd > "$OUT/sm80.csv" 2> "$OUT/bench_sm80.err"; echo "rc=$? ($(( $(date +%s) - t0 )) s)"
+echo "== torch peers"; t0=$(date +%s)
+timeout ${PEERS_TIMEOUT:-200} python3 bench/peers/torch_sdpa_gpu.py --ours "$OUT/ours.csv" ${PEERS_FLAGS:---bf16} > "$OUT/peers.csv" 2> "$OUT/ratios.txt"
+echo "rc=$? ($(( $(date +%s) - t0 )) s)"
