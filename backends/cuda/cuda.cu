@@ -142,7 +142,8 @@ static void cuda_describe(const fa_context *ctx, char *buf, size_t len)
     H->appendf(buf, len,
                "backward: cuda/sm80 kernel (FlashAttention-2 style: one block per 64 keys of a KV head "
                "looping over the 64-row query tiles of its query heads; dK, dV in registers, dQ added "
-               "atomically into an fp32 workspace; deterministic=1: one launch per KV tile), "
+               "atomically into an fp32 workspace; deterministic=1: one launch per KV tile; a lean "
+               "instantiation without the softcap, ALiBi, bias and dropout stages serves calls that use none), "
                "D = rowsum(dO*O) and dQ conversion kernels, fp16/bf16, head-dim classes 64/128/256\n");
     H->appendf(buf, len, "stream: %p%s\n", (void *)im->stream, im->stream ? "" : " (default)");
 }
@@ -477,8 +478,8 @@ static fa_status bwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_bwd *k, in
     k->n_blocks = (int)((p->max_sk + 63) / 64);
     k->kv_tile = -1;
     *blocks = p->batch * p->hkv * k->n_blocks;
-    snprintf(im->qname, sizeof im->qname, "cuda/sm80 bwd %s d%d 64x64%s", dtname(p->q.dtype), *D,
-             p->deterministic ? " deterministic" : "");
+    snprintf(im->qname, sizeof im->qname, "cuda/sm80 bwd %s d%d 64x64 %s%s", dtname(p->q.dtype), *D,
+             fa_bwd_lean(*k) ? "lean" : "general", p->deterministic ? " deterministic" : "");
     return FA_OK;
 }
 

@@ -247,25 +247,28 @@ __global__ void __launch_bounds__(256, fa_fwd_sm90_minb(D)) fa_fwd_sm90_kernel(c
         }
     };
 
-    /* Pipeline (one warpgroup's view; K and V each have 2 buffers, tile n in buffer n & 1):
-         prologue: load Q, K[lo] | K[lo+1], V[lo];  S = Q K[lo]^T; softmax -> P
-         tile n > lo: load K[n+1], V[n] | issue S = Q K[n]^T and O += P V[n-1] together;
-                      wait for S; softmax of tile n while the tensor cores run P V[n-1];
-                      wait for P V[n-1]; O *= alpha; P = exp(S - m)
-         end: O += P V[hi-1]
-       A buffer is refilled only after the barrier that follows every warpgroup's wait for
-       the product that read it: K[n+1] goes where K[n-1] was (read by S of tile n-1),
-       V[n] where V[n-2] was (read by P V[n-2], waited for in tile n-1). */
+    /* Pipeline (one warpgroup's view; K and V each have 2 buffers, tile n in buffer n & 1),
+       one block barrier per tile:
+         prologue: load Q, K[lo]; barrier; load K[lo+1], V[lo]; S = Q K[lo]^T; softmax -> P
+         tile n > lo: wait for the copies in flight (K[n], V[n-1]); barrier; load K[n+1],
+                      V[n]; issue S = Q K[n]^T and O += P V[n-1] together; wait for S;
+                      softmax of tile n while the tensor cores run P V[n-1]; wait for
+                      P V[n-1]; O *= alpha; P = exp(S - m)
+         end: wait for V[hi-1]; barrier; O += P V[hi-1]
+       The barrier of tile n both publishes K[n] and V[n-1] (each thread's copies, then
+       fence.proxy.async, then the barrier: the tensor cores read what every thread copied)
+       and frees two buffers: every warpgroup has passed its wait for S of tile n-1 (K[n-1]
+       read) and for P V[n-2] (V[n-2] read), so K[n+1] and V[n] go there. */
     fa_load_tile90<D, BM, NT, T>(sQ, s.sq - m0, p.dqk, [&](int r) { return qbase + (int64_t)r * p.q_ss; });
     if (nb_lo < nb_hi) load_k(nb_lo);
     fa_cp_async_commit();
     if (nb_lo < nb_hi) {
+        fa_cp_async_wait<0>();
+        fa_fence_proxy_async();
+        __syncthreads();
         if (nb_lo + 1 < nb_hi) load_k(nb_lo + 1);
         load_v(nb_lo);
         fa_cp_async_commit();
-        fa_cp_async_wait<1>();
-        fa_fence_proxy_async();
-        __syncthreads();
         issue_qk(nb_lo);
         fa_wgmma_wait<0>();
 #pragma unroll
@@ -275,13 +278,12 @@ __global__ void __launch_bounds__(256, fa_fwd_sm90_minb(D)) fa_fwd_sm90_kernel(c
         pack_p();
     }
     for (int nb = nb_lo + 1; nb < nb_hi; nb++) {
-        __syncthreads();                      /* K[nb-1] and V[nb-2] are free */
+        fa_cp_async_wait<0>();                /* K[nb] and V[nb-1] landed (this thread's copies) */
+        fa_fence_proxy_async();               /* cp.async's writes, then the tensor cores' reads */
+        __syncthreads();                      /* ... everyone's; K[nb-1] and V[nb-2] are free */
         if (nb + 1 < nb_hi) load_k(nb + 1);
         load_v(nb);
         fa_cp_async_commit();
-        fa_cp_async_wait<1>();                /* K[nb] and V[nb-1] landed */
-        fa_fence_proxy_async();               /* cp.async's writes, then the tensor cores' reads */
-        __syncthreads();
         issue_qk(nb);
         issue_pv(nb - 1);
         fa_wgmma_wait<1>();                   /* S done; P V[nb-1] may still run */

@@ -46,6 +46,11 @@ static constexpr inline int fa_fwd_sm90_smem(int D) { return (128 + 4 * fa_fwd_s
 /* backward_sm80_dNNN.cu: the dK/dV/dQ kernel of head-dim class D (one block = 64 keys of one
    KV head, looping over the query tiles of every query head of its group). */
 template <typename T, int D> cudaError_t fa_bwd_launch(const fa_cu_bwd &p, int64_t blocks, cudaStream_t st);
+/* The backward runs its lean instantiation when none of softcap, ALiBi, bias or dropout is on. */
+static inline bool fa_bwd_lean(const fa_cu_bwd &p)
+{
+    return !(p.f.softcap > 0.f) && !p.f.alibi && !p.f.bias && !(p.f.dropout_p > 0.f);
+}
 /* Dynamic shared memory of the backward kernel of class D: K, V tiles [64][D], Q and dO
    tiles [64][D] double-buffered, dS [64][64], lse and D rows (2 x 2 x 64 floats). */
 static inline int fa_bwd_smem(int D) { return (2 * 64 * D + 4 * 64 * D + 64 * 64) * 2 + 4 * 64 * 4; }

@@ -3,9 +3,10 @@
 # files compiled by nvcc through libtool (nvcc-lt.sh turns libtool's -fPIC into
 # --compiler-options=-fPIC), linked against the static CUDA runtime so that the module needs only
 # the driver (libcuda.so) at run time.
-# Compile cost, per arch in NVCC_GENCODE: 12 forward (fast and general) and 6 backward
-# kernels (fp16/bf16 x head-dim classes 64/128/256), one file per class, kernel and
-# direction so that make -j2 compiles two at once.
+# Compile cost, per arch in NVCC_GENCODE: 12 forward (fast and general) and 12 backward (lean
+# and general) kernels (fp16/bf16 x head-dim classes 64/128/256), plus the 6 Hopper forward
+# kernels for sm_90a alone; one file per class, kernel and direction so that make -j2
+# compiles two at once.
 FA_CUDA_SRC = backends/cuda/cuda.cu backends/cuda/combine.cu backends/cuda/backward_aux.cu \
 	backends/cuda/forward_fast_d256.cu backends/cuda/forward_fast_d128.cu backends/cuda/forward_fast_d64.cu \
 	backends/cuda/backward_sm80_d256.cu backends/cuda/forward_sm80_d256.cu \
