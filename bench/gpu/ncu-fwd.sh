@@ -12,7 +12,7 @@ timeout ${NCU_TIMEOUT:-150} ncu --clock-control none --kernel-name-base mangled 
   --launch-skip ${3:-52} --launch-count 1 \
   --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
   --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats \
-  --section InstructionStats \
+  --section InstructionStats --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__inst_executed_op_global_red.sum,smsp__inst_executed.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,smsp__inst_executed_op_ldsm.sum" \
   "$D/bench_gpu" ${BENCH_ARGS:-quick fwd} > "$OUT/ncu${TAG}.txt" 2>&1
 echo "ncu rc=$?"
-grep -E "Duration|Throughput|Pipe|Issue Slot|Stall|Warp Cycles|Eligible|Active Warps|Registers|Shared Memory Config|Executed Ipc|L2 Hit|L1/TEX Hit|Mem Busy|Max Bandwidth|Theoretical Occ|Achieved Occ|One or More|No Eligible" "$OUT/ncu${TAG}.txt" | head -80
+grep -E "stalled|pipe_tensor|inst_executed|bank_conflicts|wavefronts|Duration|Throughput|Pipe|Issue Slot|Stall|Warp Cycles|Eligible|Active Warps|Registers|Shared Memory Config|Executed Ipc|L2 Hit|L1/TEX Hit|Mem Busy|Max Bandwidth|Theoretical Occ|Achieved Occ|One or More|No Eligible" "$OUT/ncu${TAG}.txt" | head -80
