@@ -39,6 +39,7 @@ typedef struct {
     int force_general;               /* FA_CUDA_FWD=general: the general forward kernel always */
     int use_sm90;                    /* the Hopper forward (forward_sm90.cuh) serves the fast set */
     int sm90_vdesc;                  /* FA_SM90_VDESC: layout variant of V's descriptor (diagnostic) */
+    int use_sm90_bwd;                /* the Hopper backward serves the lean set (d64, d128) */
     char qname[160];
 } cuda_impl;
 
@@ -98,6 +99,8 @@ static fa_status cuda_init(fa_context *ctx)
        only on compute capability 9.0 exactly (sm_90a code does not run on later chips);
        FA_CUDA_FWD=sm80 keeps the sm80 kernels there (A/B timing). */
     im->use_sm90 = FA_SM90A && im->cc_major == 9 && im->cc_minor == 0 && !(fk && (!strcmp(fk, "sm80") || im->force_general));
+    const char *fb = getenv("FA_CUDA_BWD");   /* FA_CUDA_BWD=sm80: the sm80 backward always */
+    im->use_sm90_bwd = FA_SM90A && im->cc_major == 9 && im->cc_minor == 0 && !(fb && !strcmp(fb, "sm80"));
     const char *vd = getenv("FA_SM90_VDESC");
     im->sm90_vdesc = vd && !strcmp(vd, "1");
     ctx->impl = im;
@@ -136,6 +139,11 @@ static void cuda_describe(const fa_context *ctx, char *buf, size_t len)
                    "kernel's feature set: 2 warpgroups x 64 query rows, tiles 128 x 128 (d256: 128 x 64), "
                    "Q, K, V in 128-byte swizzled shared memory, K/V double-buffered with cp.async, "
                    "S = Q K^T and O += P V on wgmma (P from registers)\n");
+    if (im->use_sm90_bwd)
+        H->appendf(buf, len,
+                   "backward on this chip: cuda/sm90 wgmma kernel for the lean set (no softcap, ALiBi, bias "
+                   "or dropout) at head-dim classes 64 and 128: 2 warpgroups x 64 keys, query tiles of 64 rows, "
+                   "the five products on wgmma, dQ added into an fp32 workspace\n");
     H->appendf(buf, len,
                "split-kv: when batch*heads*ceil(Sq/128) < %d SMs (decode), keys are split over up to "
                "%d blocks and merged by the combine kernel\n", im->sms, FA_CU_MAX_PARTS);
@@ -437,7 +445,7 @@ static fa_status cuda_forward(fa_context *ctx, const fa_problem *p)
 
 /* Can the backward kernels serve p? Fills the launch parameters (the forward's plan for
    q, k, v, out and the options, then dout, the gradients and the grid). */
-static fa_status bwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_bwd *k, int *D, int64_t *blocks)
+static fa_status bwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_bwd *k, int *D, int64_t *blocks, int *sm90)
 {
     cuda_impl *im = IMPL(ctx);
     int64_t fb;
@@ -475,11 +483,17 @@ static fa_status bwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_bwd *k, in
     k->dv_sb = p->grad_v.stride[0]; k->dv_ss = p->grad_v.stride[1]; k->dv_sh = p->grad_v.stride[2];
     k->dsinks = p->dsinks;
     k->max_sq = (int)p->max_sq;
-    k->n_blocks = (int)((p->max_sk + 63) / 64);
+    *sm90 = im->use_sm90_bwd && fa_bwd_lean(*k) && *D <= 128 && fa_bwd_sm90_smem(*D) <= im->smem_optin;
+    const int bn = *sm90 ? FA_BWD_SM90_BN : 64;
+    k->n_blocks = (int)((p->max_sk + bn - 1) / bn);
     k->kv_tile = -1;
     *blocks = p->batch * p->hkv * k->n_blocks;
-    snprintf(im->qname, sizeof im->qname, "cuda/sm80 bwd %s d%d 64x64 %s%s", dtname(p->q.dtype), *D,
-             fa_bwd_lean(*k) ? "lean" : "general", p->deterministic ? " deterministic" : "");
+    if (*sm90)
+        snprintf(im->qname, sizeof im->qname, "cuda/sm90 bwd %s d%d wgmma %dx%d 2 warpgroups%s", dtname(p->q.dtype), *D,
+                 FA_BWD_SM90_BN, FA_BWD_SM90_BQ, p->deterministic ? " deterministic" : "");
+    else
+        snprintf(im->qname, sizeof im->qname, "cuda/sm80 bwd %s d%d 64x64 %s%s", dtname(p->q.dtype), *D,
+                 fa_bwd_lean(*k) ? "lean" : "general", p->deterministic ? " deterministic" : "");
     return FA_OK;
 }
 
@@ -487,9 +501,9 @@ static fa_status cuda_backward(fa_context *ctx, const fa_problem *p)
 {
     cuda_impl *im = IMPL(ctx);
     fa_cu_bwd k;
-    int D;
+    int D, sm90;
     int64_t blocks;
-    fa_status st = bwd_plan(ctx, p, &k, &D, &blocks);
+    fa_status st = bwd_plan(ctx, p, &k, &D, &blocks, &sm90);
     if (st != FA_OK) return st;
     if ((st = check_pointers(ctx, p)) != FA_OK) return st;
 #define CKP(ptr, nm) if ((st = check_ptr(ctx, ptr, nm)) != FA_OK) return st
@@ -499,7 +513,7 @@ static fa_status cuda_backward(fa_context *ctx, const fa_problem *p)
     cudaSetDevice(im->device);
     if (im->debug && (st = debug_check(ctx, p)) != FA_OK) return st;
     H->verbose(ctx, "cuda: backward %s (%lld blocks of %d threads, %d B shared memory)", im->qname,
-               (long long)blocks, D <= 64 ? 128 : 256, fa_bwd_smem(D));
+               (long long)blocks, sm90 || D > 64 ? 256 : 128, sm90 ? fa_bwd_sm90_smem(D) : fa_bwd_smem(D));
     if (p->batch == 0 || p->hq == 0) return FA_OK;
     /* fp32 workspace: D_i and dQ, rows in the lse layout */
     const int64_t rows = p->layout == FA_LAYOUT_VARLEN ? p->hq * p->q.shape[1] : p->batch * p->hq * p->q.shape[1];
@@ -518,6 +532,13 @@ static fa_status cuda_backward(fa_context *ctx, const fa_problem *p)
     const int64_t lb = p->deterministic ? p->batch * p->hkv : blocks;
     for (int t = 0; t < nl && e == cudaSuccess && lb > 0; t++) {
         k.kv_tile = p->deterministic ? t : -1;
+#if FA_SM90A
+        if (sm90) {
+            if (D == 64) e = bf ? fa_bwd_sm90_launch<__nv_bfloat16, 64>(k, lb, im->stream) : fa_bwd_sm90_launch<__half, 64>(k, lb, im->stream);
+            else e = bf ? fa_bwd_sm90_launch<__nv_bfloat16, 128>(k, lb, im->stream) : fa_bwd_sm90_launch<__half, 128>(k, lb, im->stream);
+            continue;
+        }
+#endif
         switch (D) {
         case 64: e = bf ? fa_bwd_launch<__nv_bfloat16, 64>(k, lb, im->stream) : fa_bwd_launch<__half, 64>(k, lb, im->stream); break;
         case 128: e = bf ? fa_bwd_launch<__nv_bfloat16, 128>(k, lb, im->stream) : fa_bwd_launch<__half, 128>(k, lb, im->stream); break;
@@ -534,9 +555,9 @@ static fa_status cuda_query(fa_context *ctx, const fa_problem *p, int backward, 
 {
     if (backward) {
         fa_cu_bwd kb;
-        int Db;
+        int Db, s9;
         int64_t bb;
-        fa_status sb = bwd_plan(ctx, p, &kb, &Db, &bb);
+        fa_status sb = bwd_plan(ctx, p, &kb, &Db, &bb, &s9);
         if (sb != FA_OK) return sb;
         *name = IMPL(ctx)->qname;
         return FA_OK;

@@ -5,6 +5,7 @@ generated rather than typed). Run from backends/cuda: python3 gen_wgmma.py > wgm
 
   fa_wgmma_ss<N>(d, desc_a, desc_b, accumulate, T())   D[64xN] (+)= A(smem) B(smem)^T, both K-major
   fa_wgmma_rs<N>(d, a[4], desc_b, accumulate, T())     D[64xN] (+)= A(regs) B(smem), B N-major
+  fa_wgmma_sstb<N>(d, desc_a, desc_b, accumulate, T())  D[64xN] (+)= A(smem, K-major) B(smem, N-major)
 d is float[N/2] per thread (the m64nNk16 accumulator fragment).
 """
 TYPES = [("__nv_bfloat16", "bf16"), ("__half", "f16")]
@@ -12,10 +13,10 @@ TYPES = [("__nv_bfloat16", "bf16"), ("__half", "f16")]
 def gen(kind, n, ctype, ptype):
     nacc = n // 2
     accs = ", ".join("%%%d" % i for i in range(nacc))
-    if kind == "ss":
+    if kind in ("ss", "sstb"):
         ops = "%%%d, %%%d" % (nacc, nacc + 1)
         pred = nacc + 2
-        tail = "p, 1, 1, 0, 0"
+        tail = "p, 1, 1, 0, 0" if kind == "ss" else "p, 1, 1, 0, 1"
         sig = "float (&d)[%d], uint64_t da, uint64_t db, int acc, %s" % (nacc, ctype)
         ins = '"l"(da), "l"(db), "r"(acc)'
     else:
@@ -42,10 +43,13 @@ print("#ifndef FA_CUDA_WGMMA_OPS_CUH\n#define FA_CUDA_WGMMA_OPS_CUH\n")
 for ctype, ptype in TYPES:
     print("template <int N> __device__ __forceinline__ void fa_wgmma_ss(float (&d)[N / 2], uint64_t da, uint64_t db, int acc, %s);" % ctype)
     print("template <int N> __device__ __forceinline__ void fa_wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db, int acc, %s);" % ctype)
+    print("template <int N> __device__ __forceinline__ void fa_wgmma_sstb(float (&d)[N / 2], uint64_t da, uint64_t db, int acc, %s);" % ctype)
 print()
 for ctype, ptype in TYPES:
     for n in (64, 128):
         print(gen("ss", n, ctype, ptype)); print()
     for n in (64, 128, 256):
         print(gen("rs", n, ctype, ptype)); print()
+    for n in (32, 64):
+        print(gen("sstb", n, ctype, ptype)); print()
 print("#endif /* FA_CUDA_WGMMA_OPS_CUH */")

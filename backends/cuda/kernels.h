@@ -43,6 +43,18 @@ static constexpr inline int fa_fwd_sm90_smem(int D) { return (128 + 4 * fa_fwd_s
 #define FA_FWD_SM90_BM 128
 #define FA_FWD_SM90_NT 256
 
+/* backward_sm90_dNNN.cu (sm_90a only, FA_SM90A = 1): the Hopper backward (backward_sm90.cuh:
+   wgmma for the five products, 2 warpgroups x 64 keys, query tiles of 64 rows), lean
+   feature set, head-dim classes 64 and 128. */
+template <typename T, int D> cudaError_t fa_bwd_sm90_launch(const fa_cu_bwd &p, int64_t blocks, cudaStream_t st);
+#define FA_BWD_SM90_BN 128
+#define FA_BWD_SM90_BQ 64
+static constexpr inline int fa_bwd_sm90_smem(int D)
+{
+    return 2 * FA_BWD_SM90_BN * D * 2 + 4 * FA_BWD_SM90_BQ * D * 2 + FA_BWD_SM90_BQ * FA_BWD_SM90_BN * 2 +
+           4 * FA_BWD_SM90_BQ * 4 + 1024;
+}
+
 /* backward_sm80_dNNN.cu: the dK/dV/dQ kernel of head-dim class D (one block = 64 keys of one
    KV head, looping over the query tiles of every query head of its group). */
 template <typename T, int D> cudaError_t fa_bwd_launch(const fa_cu_bwd &p, int64_t blocks, cudaStream_t st);

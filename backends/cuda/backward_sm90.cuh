@@ -1,0 +1,296 @@
+/* backward_sm90.cuh - the Hopper backward (sm_90a): the five products on wgmma, for the lean
+ * feature set (no softcap, ALiBi, bias or dropout; masks, GQA, varlen, sinks through
+ * backward_aux.cu, deterministic mode kept) and head-dim classes 64 and 128 (d256 needs
+ * 2 x 64 x 256 fp32 accumulators per warpgroup: it stays on the sm80 kernel).
+ *
+ * One block = 128 keys of one (sequence, KV head), 2 warpgroups of 64 keys each, looping
+ * over the 64-row query tiles of every query head of the group that can see those keys.
+ * Per query tile (Q_i, dO_i, lse_i, D_i double-buffered with cp.async):
+ *   S^T  = K_w Q_i^T, dP^T = V_w dO_i^T      wgmma, both operands in shared memory (K-major)
+ *   P^T = exp2(S^T scale log2e - lse_i log2e), dS^T = P^T (dP^T - D_i)   in registers
+ *   dV_w += P^T dO_i, dK_w += dS^T Q_i       wgmma, A from registers, B N-major (no copy)
+ *   dS^T -> shared memory as dS [query][key] (K-major for the next product)
+ *   dQ_i[:, half w] = dS K[:, half w]         wgmma over the block's 128 keys; warpgroup w
+ *                                            takes half of the columns, adds them into the
+ *                                            fp32 workspace (red.global.add)
+ * dK (times scale) and dV are stored once at the end. deterministic=1 keeps the sm80
+ * scheme: one launch per KV tile, so each dQ element gets one add per launch.
+ */
+#ifndef FA_CUDA_BACKWARD_SM90_CUH
+#define FA_CUDA_BACKWARD_SM90_CUH
+
+#include "forward_sm90.cuh"
+
+template <int D> struct fa_b90_cfg {
+    static constexpr int BN = FA_BWD_SM90_BN, BQ = FA_BWD_SM90_BQ, NT = 256;
+    static constexpr int KB = BN * D * 2, QB = BQ * D * 2, SB = BQ * BN * 2;
+    static constexpr int SMEM = fa_bwd_sm90_smem(D);
+    static_assert(SMEM == 2 * KB + 4 * QB + SB + 4 * BQ * 4 + 1024, "kernels.h and the kernel disagree on the shared memory");
+};
+
+__device__ __forceinline__ void fa_reg_fence_u(uint32_t &x) { asm volatile("" : "+r"(x)::"memory"); }
+
+template <typename T, int D>
+__global__ void __launch_bounds__(256, 1) fa_bwd_sm90_kernel(const fa_cu_bwd pb)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    typedef fa_b90_cfg<D> C;
+    constexpr int BN = C::BN, BQ = C::BQ, NT = C::NT, DH = D / 2;
+    const fa_cu_fwd &p = pb.f;
+    extern __shared__ __align__(1024) unsigned char fa_smem_raw[];
+    unsigned char *smem = fa_smem_raw + ((1024 - (fa_smem_u32(fa_smem_raw) & 1023)) & 1023);
+    unsigned char *sK = smem, *sV = sK + C::KB;
+    unsigned char *sQ = sV + C::KB;          /* 2 buffers */
+    unsigned char *sdO = sQ + 2 * C::QB;     /* 2 buffers */
+    unsigned char *sdS = sdO + 2 * C::QB;    /* dS [query][key], 2 blocks of 64 keys */
+    float *sL = reinterpret_cast<float *>(sdS + C::SB);   /* 2 x BQ: lse * log2(e) */
+    float *sDs = sL + 2 * BQ;                             /* 2 x BQ: D_i */
+
+    int64_t bid = blockIdx.x;
+    int nb;
+    if (pb.kv_tile >= 0) nb = pb.kv_tile;
+    else { nb = (int)(bid % pb.n_blocks); bid /= pb.n_blocks; }
+    const int hk = (int)(bid % p.hkv);
+    const int b = (int)(bid / p.hkv);
+    const fa_dseq s = fa_dev_seq(p, b);
+    const int n0 = nb * BN;
+    if (n0 >= s.sk) return;
+    const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+    const int G = p.group;
+
+    const int nlast = min(n0 + BN, s.sk) - 1;
+    int ilo = 0, ihi = s.sq;
+    if (p.window_right >= 0) ilo = max(0, n0 - s.off - p.window_right);
+    if (p.window_left >= 0) ihi = min(s.sq, nlast - s.off + p.window_left + 1);
+    const int mt_lo = ilo / BQ, mt_hi = ihi > ilo ? (ihi + BQ - 1) / BQ : mt_lo;
+    const int nq = mt_hi - mt_lo, iters = nq * G;
+
+    const T *kbase = reinterpret_cast<const T *>(p.k), *vbase = reinterpret_cast<const T *>(p.v);
+    const int nval = min(BN, s.sk - n0);
+    fa_load_tile90<D, BN, NT, T>(sK, nval, p.dqk, [&](int r) {
+        return kbase + fa_dev_krow(p, s, b, n0 + r, hk, p.k_sb, p.k_ss, p.k_sh);
+    });
+    fa_load_tile90<D, BN, NT, T>(sV, nval, p.dv, [&](int r) {
+        return vbase + fa_dev_krow(p, s, b, n0 + r, hk, p.v_sb, p.v_ss, p.v_sh);
+    });
+
+    auto lse_row = [&](int h, int i) -> int64_t {
+        return p.layout == FA_CU_VARLEN ? (int64_t)h * p.total_q + s.q0 + i : ((int64_t)b * p.hq + h) * p.sq + i;
+    };
+    auto load_q = [&](int it, int buf) {
+        const int h = hk * G + it / nq, m0 = (mt_lo + it % nq) * BQ;
+        const T *qb = reinterpret_cast<const T *>(p.q) + s.tb * p.q_sb + (s.q0 + m0) * p.q_ss + (int64_t)h * p.q_sh;
+        const T *ob = reinterpret_cast<const T *>(pb.dout) + s.tb * pb.do_sb + (s.q0 + m0) * pb.do_ss + (int64_t)h * pb.do_sh;
+        if (s.sq - m0 >= BQ) {
+            fa_load_full90<D, BQ, NT, T>(sQ + buf * C::QB, qb, p.q_ss, p.dqk);
+            fa_load_full90<D, BQ, NT, T>(sdO + buf * C::QB, ob, pb.do_ss, p.dv);
+        } else {
+            fa_load_tile90<D, BQ, NT, T>(sQ + buf * C::QB, s.sq - m0, p.dqk, [&](int r) { return qb + (int64_t)r * p.q_ss; });
+            fa_load_tile90<D, BQ, NT, T>(sdO + buf * C::QB, s.sq - m0, p.dv, [&](int r) { return ob + (int64_t)r * pb.do_ss; });
+        }
+        for (int r = threadIdx.x; r < BQ; r += NT) {
+            const int i = m0 + r;
+            float l = INFINITY, d = 0.f;      /* rows past the sequence: P = 0 */
+            if (i < s.sq) {
+                const int64_t li = lse_row(h, i);
+                l = p.lse[li];
+                d = pb.dsum[li];
+                if (l == -INFINITY) l = INFINITY;   /* fully masked row: P = 0, no gradient */
+            }
+            sL[buf * BQ + r] = l * FA_LOG2E;
+            sDs[buf * BQ + r] = d;
+        }
+    };
+
+    if (iters > 0) load_q(0, 0);
+    fa_cp_async_commit();
+
+    float dka[D / 2], dva[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) dka[i] = dva[i] = 0.f;
+    const float sl2 = p.scale * FA_LOG2E;
+    const uint32_t kaddr = fa_smem_u32(sK), vaddr = fa_smem_u32(sV), dsaddr = fa_smem_u32(sdS);
+    const int krow = wg * 64 + warp * 16 + lane / 4;     /* this thread's first key row in the block */
+
+    for (int it = 0; it < iters; it++) {
+        const int buf = it & 1;
+        fa_cp_async_wait<0>();
+        fa_fence_proxy_async();
+        __syncthreads();                  /* tile it (and K, V) visible; tile it-1 fully consumed */
+        if (it + 1 < iters) load_q(it + 1, buf ^ 1);
+        fa_cp_async_commit();
+
+        const int h = hk * G + it / nq, m0 = (mt_lo + it % nq) * BQ;
+        const uint32_t qaddr = fa_smem_u32(sQ + buf * C::QB), doaddr = fa_smem_u32(sdO + buf * C::QB);
+        const float *cL = sL + buf * BQ, *cD = sDs + buf * BQ;
+
+        /* S^T = K_w Q^T and dP^T = V_w dO^T (64 keys x 64 queries per warpgroup) */
+        float sacc[BQ / 2], pacc[BQ / 2];
+#pragma unroll
+        for (int i = 0; i < BQ / 2; i++) { fa_reg_fence(sacc[i]); fa_reg_fence(pacc[i]); }
+        fa_wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < D / 16; k++)
+            fa_wgmma_ss<BQ>(sacc, fa_gmma_desc(kaddr + (k >> 2) * (BN * 128) + wg * 64 * 128 + (k & 3) * 32, 16, 1024),
+                            fa_gmma_desc(qaddr + (k >> 2) * (BQ * 128) + (k & 3) * 32, 16, 1024), k > 0, T());
+        fa_wgmma_commit();
+#pragma unroll
+        for (int k = 0; k < D / 16; k++)
+            fa_wgmma_ss<BQ>(pacc, fa_gmma_desc(vaddr + (k >> 2) * (BN * 128) + wg * 64 * 128 + (k & 3) * 32, 16, 1024),
+                            fa_gmma_desc(doaddr + (k >> 2) * (BQ * 128) + (k & 3) * 32, 16, 1024), k > 0, T());
+        fa_wgmma_commit();
+        fa_wgmma_wait<1>();
+#pragma unroll
+        for (int i = 0; i < BQ / 2; i++) fa_reg_fence(sacc[i]);
+
+        /* P^T: element (key krow + 8 (e / 2), query 8 nt + 2 (lane % 4) + (e & 1)) */
+        const bool full = n0 + BN <= s.sk &&
+                          (p.window_left < 0 || n0 >= m0 + BQ - 1 + s.off - p.window_left) &&
+                          (p.window_right < 0 || n0 + BN - 1 <= m0 + s.off + p.window_right);
+#pragma unroll
+        for (int nt = 0; nt < BQ / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int c = nt * 8 + (lane % 4) * 2 + (e & 1);
+                float P = fa_exp2(fmaf(sacc[nt * 4 + e], sl2, -cL[c]));
+                if (!full) {
+                    const int j = n0 + krow + 8 * (e / 2), pos = m0 + c + s.off;
+                    const bool vis = j < s.sk && (p.window_left < 0 || j >= pos - p.window_left) &&
+                                     (p.window_right < 0 || j <= pos + p.window_right);
+                    if (!vis) P = 0.f;
+                }
+                sacc[nt * 4 + e] = P;
+            }
+        fa_wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < BQ / 2; i++) fa_reg_fence(pacc[i]);
+        uint32_t pa[BQ / 16][4], ga[BQ / 16][4];
+#pragma unroll
+        for (int nt = 0; nt < BQ / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int c = nt * 8 + (lane % 4) * 2 + (e & 1);
+                pacc[nt * 4 + e] = sacc[nt * 4 + e] * (pacc[nt * 4 + e] - cD[c]);
+            }
+#pragma unroll
+        for (int kk = 0; kk < BQ / 16; kk++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                pa[kk][q] = fa_pack2(sacc[8 * kk + 2 * q], sacc[8 * kk + 2 * q + 1], T());
+                ga[kk][q] = fa_pack2(pacc[8 * kk + 2 * q], pacc[8 * kk + 2 * q + 1], T());
+            }
+
+        /* dV_w += P^T dO and dK_w += dS^T Q: B read N-major (rows = queries) */
+#pragma unroll
+        for (int i = 0; i < D / 2; i++) { fa_reg_fence(dka[i]); fa_reg_fence(dva[i]); }
+        fa_wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BQ / 16; kk++)
+            fa_wgmma_rs<D>(dva, pa[kk], fa_gmma_desc(doaddr + kk * 16 * 128, BQ * 128, 1024), 1, T());
+#pragma unroll
+        for (int kk = 0; kk < BQ / 16; kk++)
+            fa_wgmma_rs<D>(dka, ga[kk], fa_gmma_desc(qaddr + kk * 16 * 128, BQ * 128, 1024), 1, T());
+        fa_wgmma_commit();
+
+        /* dS [query][key] into shared memory, K-major for dQ = dS K (16-bit scatter: each
+           thread holds dS^T, keys on rows) */
+#pragma unroll
+        for (int kk = 0; kk < BQ / 16; kk++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const int key = krow + 8 * (q & 1), qc = kk * 16 + (q >> 1) * 8 + (lane % 4) * 2;
+                const uint32_t v2 = ga[kk][q];
+#pragma unroll
+                for (int h2 = 0; h2 < 2; h2++) {
+                    const int qq = qc + h2;
+                    const uint32_t off = (uint32_t)((key >> 6) * (BQ * 128) + qq * 128 +
+                                                    ((((key & 63) >> 3) ^ (qq & 7)) << 4) + (key & 7) * 2);
+                    *reinterpret_cast<unsigned short *>(sdS + off) = (unsigned short)(h2 ? v2 >> 16 : v2 & 0xffffu);
+                }
+            }
+        fa_fence_proxy_async();
+        __syncthreads();                  /* dS of both warpgroups in shared memory */
+
+        /* dQ[:, wg half] = dS K[:, wg half] over the block's 128 keys */
+        float qacc[DH / 2];
+#pragma unroll
+        for (int i = 0; i < DH / 2; i++) fa_reg_fence(qacc[i]);
+        fa_wgmma_fence();
+        const uint32_t kcol = kaddr + ((wg * DH) / 64) * (BN * 128) + ((wg * DH) % 64) * 2;
+#pragma unroll
+        for (int k = 0; k < BN / 16; k++)
+            fa_wgmma_sstb<DH>(qacc, fa_gmma_desc(dsaddr + (k >> 2) * (BQ * 128) + (k & 3) * 32, 16, 1024),
+                              fa_gmma_desc(kcol + k * 16 * 128, BN * 128, 1024), k > 0, T());
+        fa_wgmma_commit();
+        fa_wgmma_wait<0>();               /* dQ, and dK/dV of this tile before their operands change */
+#pragma unroll
+        for (int i = 0; i < DH / 2; i++) fa_reg_fence(qacc[i]);
+#pragma unroll
+        for (int i = 0; i < D / 2; i++) { fa_reg_fence(dka[i]); fa_reg_fence(dva[i]); }
+#pragma unroll
+        for (int kk = 0; kk < BQ / 16; kk++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) { fa_reg_fence_u(pa[kk][q]); fa_reg_fence_u(ga[kk][q]); }
+
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int i = m0 + warp * 16 + lane / 4 + 8 * r;
+            if (i >= s.sq) continue;
+            float *dq = pb.dq_acc + lse_row(h, i) * p.dqk;
+#pragma unroll
+            for (int nt = 0; nt < DH / 8; nt++) {
+                const int c = wg * DH + nt * 8 + (lane % 4) * 2;
+                if (c < p.dqk) {
+                    atomicAdd(dq + c, qacc[nt * 4 + 2 * r]);
+                    atomicAdd(dq + c + 1, qacc[nt * 4 + 2 * r + 1]);
+                }
+            }
+        }
+    }
+    fa_cp_async_wait<0>();
+
+    /* store dK (times scale) and dV once; keys no query sees get zeros */
+    const float scale = p.scale;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int j = n0 + krow + 8 * r;
+        if (j >= s.sk) continue;
+        const int64_t ko = fa_dev_krow(p, s, b, j, hk, pb.dk_sb, pb.dk_ss, pb.dk_sh);
+        const int64_t vo = fa_dev_krow(p, s, b, j, hk, pb.dv_sb, pb.dv_ss, pb.dv_sh);
+#pragma unroll
+        for (int nt = 0; nt < D / 8; nt++) {
+            const int c = nt * 8 + (lane % 4) * 2;
+            if (c < p.dqk) {
+                const float x0 = dka[nt * 4 + 2 * r] * scale, x1 = dka[nt * 4 + 2 * r + 1] * scale;
+                if (pb.dk_dtype == FA_CU_F32)
+                    *reinterpret_cast<float2 *>(reinterpret_cast<float *>(pb.dk) + ko + c) = make_float2(x0, x1);
+                else
+                    *reinterpret_cast<uint32_t *>(reinterpret_cast<T *>(pb.dk) + ko + c) = fa_pack2(x0, x1, T());
+            }
+            if (c < p.dv) {
+                const float x0 = dva[nt * 4 + 2 * r], x1 = dva[nt * 4 + 2 * r + 1];
+                if (pb.dv_dtype == FA_CU_F32)
+                    *reinterpret_cast<float2 *>(reinterpret_cast<float *>(pb.dv) + vo + c) = make_float2(x0, x1);
+                else
+                    *reinterpret_cast<uint32_t *>(reinterpret_cast<T *>(pb.dv) + vo + c) = fa_pack2(x0, x1, T());
+            }
+        }
+    }
+#endif
+}
+
+template <typename T, int D>
+cudaError_t fa_bwd_sm90_launch(const fa_cu_bwd &p, int64_t blocks, cudaStream_t st)
+{
+    typedef fa_b90_cfg<D> C;
+    cudaError_t e = cudaFuncSetAttribute(fa_bwd_sm90_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
+    if (e != cudaSuccess) return e;
+    fa_bwd_sm90_kernel<T, D><<<(unsigned)blocks, C::NT, C::SMEM, st>>>(p);
+    return cudaGetLastError();
+}
+
+#define FA_BWD_SM90_INSTANTIATE(D) \
+    template cudaError_t fa_bwd_sm90_launch<__half, D>(const fa_cu_bwd &, int64_t, cudaStream_t); \
+    template cudaError_t fa_bwd_sm90_launch<__nv_bfloat16, D>(const fa_cu_bwd &, int64_t, cudaStream_t);
+
+#endif /* FA_CUDA_BACKWARD_SM90_CUH */
