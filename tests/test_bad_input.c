@@ -661,6 +661,108 @@ START_TEST(test_edge_valid_calls)
 }
 END_TEST
 
+/* Valid calls whose dimensions are huge but whose data is never read, found by fuzz_args
+   (tests/KNOWN_FAILURES.md #6-#9). Each must answer FA_OK at once, with no undefined
+   behaviour (the sanitizer build aborts on an int64 overflow) and no runaway loop (the
+   test's timeout):
+   - #6: B = 0 with d_qk = 2^40: an empty problem, no scratch sized from the head dims
+     (forward and backward).
+   - #7: fa_query on q/out [2^31, 2^20, 4, 8]: the Q-block count in closed form; and
+     q [2^62, 0, 1, 8] (Sq = 0): no walk over the batch (fa_query and fa_forward).
+   - #8: fa_query and an empty forward with d_qk + d_v near 2^62 (the tile formula).
+   - #9: an empty query side against k/v [1, 2^62, 1, 1] (stride 0, a few bytes), and
+     fa_forward_varlen with max_seqlen_q/k = 2^62 (valid upper bounds): the same numbers
+     as with tight bounds. */
+START_TEST(test_huge_valid_dims)
+{
+    fa_backend bes[8];
+    int nb = tu_backends(bes);
+    for (int bi = 0; bi < nb; bi++) {
+        const char *be = tu_backend_name(bes[bi]);
+        fa_context *ctx = tu_ctx(bes[bi]);
+        float dummy[64] = { 0 };
+        float lse[16], dsinks[4] = { NAN, NAN, NAN, NAN }, sinks[4] = { 0.5f, -1.0f, 2.0f, 0.0f };
+        const char *name = NULL;
+        fa_status st;
+
+        /* #6: q/k [0, 4, 1, 2^40], v/out [0, 4, 1, 1] */
+        fa_tensor q = fa_tensor_contiguous(dummy, FA_F32, 0, 4, 1, (int64_t)1 << 40);
+        fa_tensor k = q;
+        fa_tensor v = fa_tensor_contiguous(dummy, FA_F32, 0, 4, 1, 1), out = v;
+        st = fa_forward(ctx, &out, lse, &q, &k, &v, NULL);
+        ck_assert_msg(st == FA_OK, "%s: #6 forward B=0 d=2^40: %d %s", be, (int)st, fa_last_error(ctx));
+        fa_tensor dq = q, dk = k, dvv = v, dout = v;
+        fa_options opt;
+        memset(&opt, 0, sizeof opt);
+        opt.sinks = sinks;
+        st = fa_backward(ctx, &dq, &dk, &dvv, dsinks, &dout, &q, &k, &v, &out, lse, &opt);
+        ck_assert_msg(st == FA_OK, "%s: #6 backward B=0 d=2^40: %d %s", be, (int)st, fa_last_error(ctx));
+        ck_assert_msg(dsinks[0] == 0.0f, "%s: #6 backward B=0: dsinks[0] = %g, want 0", be, dsinks[0]);
+
+        /* #7: fa_query on [2^31, 2^20, 4, 8] (data not read) */
+        q = fa_tensor_contiguous(NULL, FA_F32, (int64_t)1 << 31, (int64_t)1 << 20, 4, 8);
+        k = v = out = q;
+        st = fa_query(ctx, &name, &out, NULL, &q, &k, &v, NULL);
+        ck_assert_msg(st == FA_OK && name, "%s: #7 fa_query [2^31, 2^20, 4, 8]: %d %s", be, (int)st,
+                      fa_last_error(ctx));
+        /* #7: Sq = 0 with a batch of 2^62 */
+        q = fa_tensor_contiguous(dummy, FA_F32, (int64_t)1 << 62, 0, 1, 8);
+        k = v = out = q;
+        st = fa_query(ctx, &name, &out, NULL, &q, &k, &v, NULL);
+        ck_assert_msg(st == FA_OK, "%s: #7 fa_query [2^62, 0, 1, 8]: %d %s", be, (int)st, fa_last_error(ctx));
+        st = fa_forward(ctx, &out, lse, &q, &k, &v, NULL);
+        ck_assert_msg(st == FA_OK, "%s: #7 forward [2^62, 0, 1, 8]: %d %s", be, (int)st, fa_last_error(ctx));
+
+        /* #8: head dims near 2^62 (d_qk + d_v overflows nothing in the library) */
+        const int64_t big = ((int64_t)1 << 62) - 3;
+        q = fa_tensor_contiguous(dummy, FA_F32, 0, 2, 1, big);
+        k = q;
+        v = fa_tensor_contiguous(dummy, FA_F32, 0, 2, 1, big + 1);
+        out = v;
+        st = fa_query(ctx, &name, &out, NULL, &q, &k, &v, NULL);
+        ck_assert_msg(st == FA_OK, "%s: #8 fa_query d ~ 2^62: %d %s", be, (int)st, fa_last_error(ctx));
+        st = fa_forward(ctx, &out, lse, &q, &k, &v, NULL);
+        ck_assert_msg(st == FA_OK, "%s: #8 forward B=0 d ~ 2^62: %d %s", be, (int)st, fa_last_error(ctx));
+
+        /* #9: no query row against k/v [1, 2^62, 1, 1] of stride 0 */
+        q = fa_tensor_contiguous(dummy, FA_F32, 1, 0, 1, 1);
+        out = q;
+        k = fa_tensor_contiguous(dummy, FA_F32, 1, (int64_t)1 << 62, 1, 1);
+        k.stride[0] = k.stride[1] = 0;
+        v = k;
+        st = fa_forward(ctx, &out, lse, &q, &k, &v, NULL);
+        ck_assert_msg(st == FA_OK, "%s: #9 forward Sq=0, Sk=2^62 (stride 0): %d %s", be, (int)st,
+                      fa_last_error(ctx));
+        /* #9: varlen, two sequences (2 + 1 queries, 3 + 2 keys), bounds 2^62 vs tight */
+        float qv[3 * 2 * 8], kv[5 * 1 * 8], vv[5 * 1 * 8], o1[3 * 2 * 8], o2[3 * 2 * 8];
+        float l1[2 * 3], l2[2 * 3];
+        for (int i = 0; i < 48; i++) qv[i] = 0.1f * (float)(i % 11) - 0.4f;
+        for (int i = 0; i < 40; i++) { kv[i] = 0.07f * (float)(i % 13) - 0.3f; vv[i] = 0.05f * (float)(i % 9) - 0.2f; }
+        int32_t cuq[3] = { 0, 2, 3 }, cuk[3] = { 0, 3, 5 };
+        fa_tensor tq = fa_tensor_contiguous(qv, FA_F32, 1, 3, 2, 8);
+        fa_tensor tk = fa_tensor_contiguous(kv, FA_F32, 1, 5, 1, 8);
+        fa_tensor tv = fa_tensor_contiguous(vv, FA_F32, 1, 5, 1, 8);
+        fa_tensor to1 = fa_tensor_contiguous(o1, FA_F32, 1, 3, 2, 8);
+        fa_tensor to2 = fa_tensor_contiguous(o2, FA_F32, 1, 3, 2, 8);
+        memset(&opt, 0, sizeof opt);
+        opt.causal = FA_CAUSAL_BOTTOM_RIGHT;
+        st = fa_forward_varlen(ctx, &to1, l1, &tq, &tk, &tv, cuq, cuk, 2, 2, 3, &opt);
+        ck_assert_msg(st == FA_OK, "%s: #9 varlen tight bounds: %d %s", be, (int)st, fa_last_error(ctx));
+        st = fa_forward_varlen(ctx, &to2, l2, &tq, &tk, &tv, cuq, cuk, 2, (int64_t)1 << 62,
+                               (int64_t)1 << 62, &opt);
+        ck_assert_msg(st == FA_OK, "%s: #9 varlen max_seqlen_q/k = 2^62: %d %s", be, (int)st,
+                      fa_last_error(ctx));
+        for (int i = 0; i < 48; i++)
+            ck_assert_msg(fabsf(o1[i] - o2[i]) <= 1e-6f, "%s: #9 varlen out[%d] %.9g vs %.9g", be,
+                          i, o1[i], o2[i]);
+        for (int i = 0; i < 6; i++)
+            ck_assert_msg(fabsf(l1[i] - l2[i]) <= 1e-6f, "%s: #9 varlen lse[%d] %.9g vs %.9g", be,
+                          i, l1[i], l2[i]);
+        fa_context_destroy(ctx);
+    }
+}
+END_TEST
+
 /* The context knobs on the host backends: set_device / set_stream / set_threads /
    set_tiles, good and bad values, and the context still works after each. */
 START_TEST(test_context_knobs)
@@ -740,6 +842,7 @@ int main(void)
     TU_ADD(s, test_bad_env_backend, 30);
     TU_ADD(s, test_kvcache_extreme_lengths, 30);
     TU_ADD(s, test_edge_valid_calls, 30);
+    TU_ADD(s, test_huge_valid_dims, 30);
     TU_ADD(s, test_context_knobs, 60);
     return tu_main(s);
 }

@@ -45,6 +45,33 @@ static inline float *fa_cpu_alloc_raw(int64_t nfloats)
     return (float *)ptr;
 }
 
+/* Scratch sizes (elements) from the call's dimensions, which validation bounds only by
+   the tensors' element counts (an input may be a stride-0 view of a few bytes): products
+   and sums of non-negative sizes that set *ovf instead of wrapping when the result does
+   not fit int64. A set *ovf means the scratch cannot exist: FA_ERR_NO_MEMORY. */
+static inline int64_t fa_sz_mul(int64_t a, int64_t b, int *ovf)
+{
+    int64_t r;
+    if (__builtin_mul_overflow(a, b, &r)) { *ovf = 1; return 0; }
+    return r;
+}
+static inline int64_t fa_sz_add(int64_t a, int64_t b, int *ovf)
+{
+    int64_t r;
+    if (__builtin_add_overflow(a, b, &r)) { *ovf = 1; return 0; }
+    return r;
+}
+static inline int64_t fa_sz_pad(int64_t n, int *ovf)
+{
+    if (n > INT64_MAX - FA_CPU_PAD) { *ovf = 1; return 0; }
+    return fa_cpu_pad(n);
+}
+/* ceil(n / d) for n >= 0, d > 0, without forming n + d - 1. */
+static inline int64_t fa_sz_ceil_div(int64_t n, int64_t d)
+{
+    return n / d + (n % d != 0);
+}
+
 /* Does the call need the per-element score pipeline (the "slow" pre-pass)? */
 static inline int fa_cpu_slow_scores(const fa_problem *p)
 {
