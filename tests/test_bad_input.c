@@ -644,6 +644,35 @@ START_TEST(test_edge_valid_calls)
         ck_assert_msg(st == FA_OK, "%s: backward with H=0, Hkv=2: %d %s", be, (int)st, fa_last_error(ctx));
         for (int i = 0; i < 80; i++)   /* no query reads any key: dk = dv = 0 */
             ck_assert_msg(dk[i] == 0.0f && dv[i] == 0.0f, "%s: H=0: dk/dv[%d] = %g/%g, want 0", be, i, dk[i], dv[i]);
+        /* Views with a zero-size dimension from fa_tensor_contiguous: S = 0 gives
+           stride[0] = 0 with shape[0] = 2, which is no aliasing (no element exists;
+           backends/cuda/NEEDS.md item 1). Sq = 0: out, dq, dout; Sk = 0: k, v, dk, dv. */
+        for (int side = 0; side < 2; side++) {
+            const int64_t sq = side == 0 ? 0 : 3, sk = side == 0 ? 5 : 0;
+            float dk2[160], dv2[160], lse2[16];
+            for (int i = 0; i < 160; i++) dk2[i] = dv2[i] = NAN;
+            for (int i = 0; i < 64; i++) o[i] = dq[i] = NAN;
+            for (int i = 0; i < 16; i++) lse2[i] = NAN;
+            fa_tensor zq = fa_tensor_contiguous(q, FA_F32, 2, sq, 1, 8), zo = fa_tensor_contiguous(o, FA_F32, 2, sq, 1, 8);
+            fa_tensor zk = fa_tensor_contiguous(k, FA_F32, 2, sk, 1, 8), zv = fa_tensor_contiguous(v, FA_F32, 2, sk, 1, 8);
+            fa_tensor zdq = fa_tensor_contiguous(dq, FA_F32, 2, sq, 1, 8), zdo = fa_tensor_contiguous(dout, FA_F32, 2, sq, 1, 8);
+            fa_tensor zdk = fa_tensor_contiguous(dk2, FA_F32, 2, sk, 1, 8), zdv = fa_tensor_contiguous(dv2, FA_F32, 2, sk, 1, 8);
+            ck_assert(side == 0 ? zo.stride[0] == 0 : zdk.stride[0] == 0);
+            st = fa_forward(ctx, &zo, lse2, &zq, &zk, &zv, NULL);
+            ck_assert_msg(st == FA_OK, "%s: forward with %s = 0 views (stride[0] = 0): %d %s", be,
+                          side == 0 ? "Sq" : "Sk", (int)st, fa_last_error(ctx));
+            for (int i = 0; i < 2 * 3 && side == 1; i++)   /* Sk = 0: out = 0, lse = -inf */
+                ck_assert_msg(lse2[i] == -INFINITY && o[i * 8] == 0.0f, "%s: Sk = 0: lse[%d] = %g, out = %g",
+                              be, i, lse2[i], o[i * 8]);
+            st = fa_backward(ctx, &zdq, &zdk, &zdv, NULL, &zdo, &zq, &zk, &zv, &zo, lse2, NULL);
+            ck_assert_msg(st == FA_OK, "%s: backward with %s = 0 views (stride[0] = 0): %d %s", be,
+                          side == 0 ? "Sq" : "Sk", (int)st, fa_last_error(ctx));
+            for (int i = 0; i < 2 * 5 * 8 && side == 0; i++)   /* Sq = 0: dk = dv = 0 */
+                ck_assert_msg(dk2[i] == 0.0f && dv2[i] == 0.0f, "%s: Sq = 0: dk/dv[%d] = %g/%g, want 0",
+                              be, i, dk2[i], dv2[i]);
+            for (int i = 0; i < 2 * 3 * 8 && side == 1; i++)   /* Sk = 0: dq = 0 */
+                ck_assert_msg(dq[i] == 0.0f, "%s: Sk = 0: dq[%d] = %g, want 0", be, i, dq[i]);
+        }
         /* k and v with stride 0 on the sequence: every key the same row, out = v row 0 */
         tq = fa_tensor_contiguous(q, FA_F32, 1, 3, 2, 8); to = fa_tensor_contiguous(o, FA_F32, 1, 3, 2, 8);
         tk = fa_tensor_contiguous(k, FA_F32, 1, 5, 2, 8); tv = fa_tensor_contiguous(v, FA_F32, 1, 5, 2, 8);
