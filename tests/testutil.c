@@ -328,14 +328,17 @@ void tu_case_str(const tu_case *c, char *buf, size_t len)
     snprintf(buf, len,
              "[%s] seed=%llu %s H=%lld Hkv=%lld dqk=%lld dv=%lld dtype=%s out=%s layout=%s "
              "causal=%s window=%d(%lld,%lld) scale=%g softcap=%g alibi=%d sinks=%d bias=%d(%s) "
-             "dropout=%g(seed %llu off %llu) amp=%g lse=%s det=%d nan=%d",
+             "dropout=%g(seed %llu off %llu) amp=%g sink_amp=%g lse=%s det=%d nan=%d bwd=%d "
+             "extra_rows=%lld slack=%lld tiles=%dx%d threads=%d",
              c->tag ? c->tag : "", (unsigned long long)c->seed, sh, (long long)c->H,
              (long long)c->Hkv, (long long)c->dqk, (long long)c->dv, tu_dtype_name(c->dt),
              tu_dtype_name(c->odt), lz[c->layout], cz[c->causal], c->window,
              (long long)c->wl, (long long)c->wr, (double)c->scale, (double)c->softcap,
              c->alibi, c->sinks, c->bias, tu_dtype_name(c->bias_dt), (double)c->dropout_p,
              (unsigned long long)c->dseed, (unsigned long long)c->doffset,
-             c->amp, c->no_lse ? "NULL" : "yes", c->deterministic, c->nan_mode);
+             c->amp, c->sink_amp, c->no_lse ? "NULL" : "yes", c->deterministic, c->nan_mode,
+             c->backward, (long long)c->extra_rows, (long long)c->max_slack, c->tile_q,
+             c->tile_kv, c->threads);
 }
 
 typedef struct {
@@ -589,6 +592,10 @@ void tu_run(const tu_case *c)
     for (int bi = 0; bi < nb; bi++) {
         const char *be = tu_backend_name(bes[bi]);
         fa_context *ctx = tu_ctx(bes[bi]);
+        if (c->tile_q || c->tile_kv)
+            ck_assert_int_eq(fa_context_set_tiles(ctx, c->tile_q, c->tile_kv), FA_OK);
+        if (c->threads && bes[bi] != FA_BACKEND_REFERENCE)
+            ck_assert_int_eq(fa_context_set_threads(ctx, c->threads), FA_OK);
         tu_poison(out); tu_poison(lse);
         if (c->varlen) {
             tu_must_rows(out, 0, Tq);

@@ -114,6 +114,8 @@ typedef struct {
     double sink_amp;               /* sink logits amplitude (0 -> 2)                    */
     int nan_mode;                  /* TN_*                                               */
     uint64_t seed;                 /* data seed                                          */
+    int tile_q, tile_kv;           /* fa_context_set_tiles on every context (0: default) */
+    int threads;                   /* fa_context_set_threads where supported (0: default) */
 } tu_case;
 
 void tu_case_str(const tu_case *c, char *buf, size_t len);
