@@ -344,7 +344,8 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                         if (drop) {
                             for (int j = 0; j < nk; j++)
                                 memcpy(w.pd + j * ldq, w.s + j * ldq, sizeof(float) * (size_t)ni);
-                            fa_cpu_dropout_pass(p, b, nk, ni, ldq, j0, w.hr, w.idrop, w.pd, w.dp);
+                            fa_cpu_dropout_pass(p, b, nk, ni, ldq, j0, w.hr, w.idrop, p->drop.keep_scale,
+                                                w.pd, w.dp);
                             pv = w.pd;
                         }
                         K->gemm_rowA(nk, (int)dv, ni, pv, ldq, doc, ldv, w.dv, ldv, 1);

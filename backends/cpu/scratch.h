@@ -138,14 +138,16 @@ static inline void fa_cpu_mask_pass(float *s, int nk, int nq, int64_t ld, int64_
     }
 }
 
-/* Dropout keep factors of an S^T tile: f[j][r] = keep ? keep_scale : 0 multiplied into
-   each of the ndst tiles (same layout). */
+/* Dropout keep factors of an S^T tile: f[j][r] = keep ? kept : 0 multiplied into d0 and
+   (when not NULL) d1, same layout. The backward passes kept = keep_scale; the forward
+   passes 1 (a mask) and applies keep_scale with 1/l to the finished row (forward.c). */
 static inline void fa_cpu_dropout_pass(const fa_problem *p, int64_t b, int nk, int nq,
                                        int64_t ld, int64_t j0, const int64_t *hr,
-                                       const int64_t *ir_drop, float *d0, float *d1)
+                                       const int64_t *ir_drop, float kept, float *d0,
+                                       float *d1)
 {
     const fa_dropout_key *key = &p->drop;
-    float ks = key->keep_scale;
+    float ks = kept;
     for (int r = 0; r < nq; r++) {
         int64_t jj = j0 & ~(int64_t)3;
         uint32_t w[4];
