@@ -113,6 +113,69 @@ START_TEST(test_bwd_slow_sweep)
 }
 END_TEST
 
+/* Cases the fuzzer found (tests/KNOWN_FAILURES.md), replayed as decoded, tiles and threads
+   included: #5 (dsinks against 3 x one sample of the naive's noise: bf16, bf16 inputs with
+   F32 out, fp32) and #12 (a gradient that is exactly 0, or that the naive gets exact, held
+   to one ulp). Cases 0, 3 and 4 are the recorded inputs, decoded: each failed the rule
+   before the floors below were sized by the data. Cases 1 and 2 are rebuilt from the
+   entry's description (their bytes were not kept; the fuzzer's tile and thread settings are
+   included) and passed either way: they stay as coverage of varlen + sinks in bf16 -> F32
+   and in fp32. */
+static int regression_case(int i, tu_case *c)
+{
+    static const int64_t lq5b[1] = { 7 }, lk5b[1] = { 4 }, lq5c[1] = { 7 }, lk5c[1] = { 8 };
+    static const int64_t lq12a[2] = { 6, 3 }, lk12a[2] = { 2, 4 };
+    memset(c, 0, sizeof *c);
+    c->backward = 1; c->wl = c->wr = -1; c->amp = 1.0;
+    switch (i) {
+    case 0:   /* #5, fuzz_diff input sLaFIq1B... (tests/fuzz/corpus/fuzz_diff/kf05-dsinks-bf16) */
+        c->tag = "KF5-dsinks-bf16"; c->seed = 50622;
+        c->B = 3; c->Sq = 3; c->Sk = 5; c->H = c->Hkv = 3; c->dqk = 15; c->dv = 80;
+        c->dt = c->odt = FA_BF16; c->layout = TL_PADDED; c->causal = FA_CAUSAL_BOTTOM_RIGHT;
+        c->window = 1; c->wl = 3; c->wr = 0; c->sinks = 1; c->sink_amp = 8.0;
+        c->bias = TB_BH_SHAPE1_PADDED; c->bias_dt = FA_BF16; c->deterministic = 1;
+        c->dseed = 14137; c->doffset = 142; c->tile_kv = 17; c->threads = 1;
+        return 1;
+    case 1:   /* #5, bf16 inputs, F32 out (recorded by its description) */
+        c->tag = "KF5-dsinks-bf16-f32out"; c->seed = 57252; c->varlen = 1;
+        c->B = 1; c->lq = lq5b; c->lk = lk5b; c->H = 2; c->Hkv = 1; c->dqk = 24; c->dv = 8;
+        c->dt = FA_BF16; c->odt = FA_F32; c->causal = FA_CAUSAL_BOTTOM_RIGHT;
+        c->softcap = 8.75f; c->sinks = 1; c->tile_q = 1; c->tile_kv = 64; c->threads = 2;
+        return 1;
+    case 2:   /* #5, fp32 (recorded by its description) */
+        c->tag = "KF5-dsinks-f32"; c->seed = 27575; c->varlen = 1;
+        c->B = 1; c->lq = lq5c; c->lk = lk5c; c->H = c->Hkv = 1; c->dqk = 7; c->dv = 15;
+        c->dt = c->odt = FA_F32; c->causal = FA_CAUSAL_TOP_LEFT;
+        c->window = 1; c->wl = 1; c->wr = 2; c->alibi = 1; c->sinks = 1; c->tile_q = 5;
+        return 1;
+    case 3:   /* #12, fuzz_diff input b3QgZHUg... (kf12-zero-dq) */
+        c->tag = "KF12-zero-dq"; c->seed = 27753; c->varlen = 1;
+        c->B = 2; c->lq = lq12a; c->lk = lk12a; c->max_slack = 2; c->H = c->Hkv = 1;
+        c->dqk = 31; c->dv = 16; c->dt = c->odt = FA_F32; c->layout = TL_TRANSPOSED;
+        c->causal = FA_CAUSAL_TOP_LEFT; c->window = 1; c->wl = 0; c->wr = 2;
+        c->scale = -1.3125f; c->alibi = 1; c->sink_amp = 8.0; c->dseed = 46345; c->doffset = 10;
+        c->tile_q = 2; c->tile_kv = 1; c->threads = 1;
+        return 1;
+    case 4:   /* #12, fuzz_diff input NeTerP7H... (kf12-exact-dv) */
+        c->tag = "KF12-exact-dv"; c->seed = 24539;
+        c->B = 3; c->Sq = 23; c->Sk = 32; c->H = c->Hkv = 1; c->dqk = 32; c->dv = 3;
+        c->dt = FA_BF16; c->odt = FA_F32; c->layout = TL_PADDED;
+        c->causal = FA_CAUSAL_BOTTOM_RIGHT; c->window = 1; c->wl = 0; c->wr = 7; c->alibi = 1;
+        c->bias = TB_B_STRIDE0; c->bias_dt = FA_BF16; c->sink_amp = 8.0;
+        c->dseed = 29984; c->doffset = 85; c->tile_q = 8; c->threads = 2;
+        return 1;
+    }
+    return 0;
+}
+
+START_TEST(test_bwd_regressions)
+{
+    tu_case c;
+    ck_assert(regression_case(_i, &c));
+    tu_run(&c);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("backward");
@@ -128,5 +191,8 @@ int main(void)
     LOOP(test_bwd_big_shapes, 2, 300);
     LOOP(test_bwd_slow_sweep, (N_HEAD_DIMS + 2) * N_SEQ_PAIRS, 1200);
     LOOP(test_bwd_fully_masked, 5, 120);
+    int nr = 0;
+    { tu_case c; while (regression_case(nr, &c)) nr++; }
+    LOOP(test_bwd_regressions, nr, 60);
     return tu_main(s);
 }
