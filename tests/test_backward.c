@@ -115,12 +115,12 @@ END_TEST
 
 /* Cases the fuzzer found (tests/KNOWN_FAILURES.md), replayed as decoded, tiles and threads
    included: #5 (dsinks against 3 x one sample of the naive's noise: bf16, bf16 inputs with
-   F32 out, fp32) and #12 (a gradient that is exactly 0, or that the naive gets exact, held
-   to one ulp). Cases 0, 3 and 4 are the recorded inputs, decoded: each failed the rule
-   before the floors below were sized by the data. Cases 1 and 2 are rebuilt from the
-   entry's description (their bytes were not kept; the fuzzer's tile and thread settings are
-   included) and passed either way: they stay as coverage of varlen + sinks in bf16 -> F32
-   and in fp32. */
+   F32 out, fp32), #12 (a gradient that is exactly 0, or that the naive gets exact, held to
+   one ulp) and #14 (a NaN key or query row reaching, through 0 * NaN, the gradients of rows
+   or keys that cannot see it). Cases 0 and 3-6 each fail without their fix (5 is the
+   recorded input, 6 its query-side twin). Cases 1 and 2 are rebuilt from #5's description
+   (their bytes were not kept) and passed either way: they stay as coverage of varlen +
+   sinks in bf16 -> F32 and in fp32. */
 static int regression_case(int i, tu_case *c)
 {
     static const int64_t lq5b[1] = { 7 }, lk5b[1] = { 4 }, lq5c[1] = { 7 }, lk5c[1] = { 8 };
@@ -163,6 +163,23 @@ static int regression_case(int i, tu_case *c)
         c->causal = FA_CAUSAL_BOTTOM_RIGHT; c->window = 1; c->wl = 0; c->wr = 7; c->alibi = 1;
         c->bias = TB_B_STRIDE0; c->bias_dt = FA_BF16; c->sink_amp = 8.0;
         c->dseed = 29984; c->doffset = 85; c->tile_q = 8; c->threads = 2;
+        return 1;
+    case 5: { /* NaN in a key row, found once #10's skip was lifted (corpus kf14-nan-key):
+                 rows of a partly masked tile that cannot see the key got dq = NaN */
+        static const int64_t lq[2] = { 20, 5 }, lk[2] = { 2, 1 };
+        c->tag = "KF14-nan-key-row"; c->seed = 27067; c->varlen = 1;
+        c->B = 2; c->lq = lq; c->lk = lk; c->H = 2; c->Hkv = 1; c->dqk = c->dv = 15;
+        c->dt = c->odt = FA_F16; c->layout = TL_PADDED; c->causal = FA_CAUSAL_BOTTOM_RIGHT;
+        c->wl = 6; c->wr = 0; c->scale = 0.4375f; c->bias_dt = FA_BF16; c->deterministic = 1;
+        c->dseed = 62569; c->doffset = 210; c->nan_mode = TN_K_ROW; c->tile_q = 3;
+        c->threads = 1;
+        return 1;
+    }
+    case 6:   /* the same for a NaN query row that sees some keys of a tile but not all:
+                 dk of the keys it cannot see must stay finite */
+        c->tag = "KF14-nan-query-row"; c->seed = 2714;
+        c->B = 1; c->Sq = 6; c->Sk = 6; c->H = c->Hkv = 1; c->dqk = c->dv = 8;
+        c->dt = c->odt = FA_F32; c->causal = FA_CAUSAL_TOP_LEFT; c->nan_mode = TN_Q_ROW;
         return 1;
     }
     return 0;

@@ -83,6 +83,29 @@ static void pack_q_row(const fa_problem *p, const fa_cpu_kernels *K, const fa_se
     dd[r] = lv == -INFINITY ? 0.0f : D[li];
 }
 
+/* T[j][r] = 0 for the pairs outside row r's visible keys [lo[r], hi[r]) (tile at key j0). */
+static void zero_masked(float *t, int nk, int nq, int64_t ld, int64_t j0, const int64_t *lo,
+                        const int64_t *hi)
+{
+    for (int j = 0; j < nk; j++)
+        for (int r = 0; r < nq; r++)
+            if (j0 + j < lo[r] || j0 + j >= hi[r]) t[j * ld + r] = 0.0f;
+}
+
+/* C[j][0:n] += sum over the rows r that see key j0 + j of A[j][r] B[r][0:n]: gemm_rowA
+   restricted to visible pairs, for a B row holding Inf/NaN. */
+static void visible_rowA(const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
+                         int64_t ldc, int nk, int nq, int n, int64_t j0, const int64_t *lo,
+                         const int64_t *hi)
+{
+    for (int j = 0; j < nk; j++)
+        for (int r = 0; r < nq; r++) {
+            if (j0 + j < lo[r] || j0 + j >= hi[r]) continue;
+            float a = A[j * lda + r];
+            for (int x = 0; x < n; x++) C[j * ldc + x] += a * B[r * ldb + x];
+        }
+}
+
 /* The backward of a call without query rows (Sq = 0 or no query heads) but with key rows:
    nothing reaches any key, so dk = dv = 0 and dsinks = 0. Sizes here come from dk/dv,
    which exist in memory; the query side (hq, Sq) may be anything and sizes nothing. */
@@ -294,6 +317,19 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                               fa_krow(p, &p->v, &sq, b, j0 + j, hk) * (int64_t)fa_dtype_size(p->v.dtype),
                               dv, p->v.dtype);
                 }
+                /* Non-finite K or V in the tile: in a partly masked pair (below) a masked
+                   dS = 0 must not multiply them (0 * NaN = NaN would reach rows that cannot
+                   see the key). x * 0 is NaN exactly for Inf/NaN x. */
+                int kvbad = 0, kbad;
+                {
+                    float acc = 0.0f;
+                    for (int j = 0; j < nk; j++)
+                        for (int64_t x = 0; x < dqk; x++) acc += w.kc[j * ldk + x] * 0.0f;
+                    kbad = acc != 0.0f;
+                    for (int j = 0; j < nk; j++)
+                        for (int64_t x = 0; x < dv; x++) acc += w.vc[j * ldv + x] * 0.0f;
+                    kvbad = acc != 0.0f;
+                }
                 memset(w.dk, 0, sizeof(float) * (size_t)(nk * ldk));
                 memset(w.dv, 0, sizeof(float) * (size_t)(nk * ldv));
                 for (int64_t h = hk * p->group; h < (hk + 1) * p->group; h++) {
@@ -333,12 +369,32 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                                            dot, doc, lsev, dd);
                             if (flag) *flag = 1;
                         }
+                        /* A partly masked pair whose data holds Inf/NaN (rare): K or V of the
+                           tile, Q or dO of a row, or a row's lse or D (NaN when its own inputs
+                           reached it). Masked products are then made 0 by a select, not by
+                           exp(-inf) or a multiply by 0 (exp(-inf - NaN) and 0 * NaN are NaN),
+                           and dK, dV, dQ sum only the visible pairs of the non-finite operand,
+                           so NaN reaches exactly what the reference's visible-only loops
+                           reach (API.md item 15). */
+                        int qbad = 0, dobad = 0, lbad = 0;
+                        if (!full) {
+                            float aq = 0.0f, ad = 0.0f;
+                            for (int r = 0; r < ni; r++) {
+                                for (int64_t x = 0; x < dqk; x++) aq += qc[r * ldk + x] * 0.0f;
+                                for (int64_t x = 0; x < dv; x++) ad += doc[r * ldv + x] * 0.0f;
+                                if (isnan(lsev[r]) || isnan(dd[r])) lbad = 1;
+                            }
+                            qbad = aq != 0.0f;
+                            dobad = ad != 0.0f;
+                        }
+                        const int sel = !full && (kvbad || qbad || dobad || lbad);
                         K->gemm_rowA(nk, ni, (int)dqk, w.kc, ldk, qt, ldq, w.s, ldq, 0);
                         if (slow)
                             fa_cpu_score_pass(p, &sq, b, w.s, nk, ni, ldq, j0, w.hr, w.ir,
                                               p->softcap > 0.0f ? w.t : NULL);
                         if (!full) fa_cpu_mask_pass(w.s, nk, ni, ldq, j0, w.lo, w.hi);
                         K->exp_sub(w.s, nk, ni, ldq, slow ? 1.0f : p->scale, lsev);
+                        if (sel) zero_masked(w.s, nk, ni, ldq, j0, w.lo, w.hi);
                         K->gemm_rowA(nk, ni, (int)dv, w.vc, ldv, dot, ldq, w.dp, ldq, 0);
                         const float *pv = w.s;
                         if (drop) {
@@ -348,7 +404,10 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                                                 w.pd, w.dp);
                             pv = w.pd;
                         }
-                        K->gemm_rowA(nk, (int)dv, ni, pv, ldq, doc, ldv, w.dv, ldv, 1);
+                        if (sel && dobad)
+                            visible_rowA(pv, ldq, doc, ldv, w.dv, ldv, nk, ni, (int)dv, j0, w.lo, w.hi);
+                        else
+                            K->gemm_rowA(nk, (int)dv, ni, pv, ldq, doc, ldv, w.dv, ldv, 1);
                         K->ds(w.dp, w.s, nk, ni, ldq, dd);
                         if (p->softcap > 0.0f)
                             for (int j = 0; j < nk; j++)
@@ -356,9 +415,23 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                                     float th = w.t[j * ldq + r];
                                     w.dp[j * ldq + r] *= 1.0f - th * th;
                                 }
-                        K->gemm_rowA(nk, (int)dqk, ni, w.dp, ldq, qc, ldk, w.dk, ldk, 1);
-                        K->gemm_colA(ni, (int)dqk, nk, w.dp, ldq, w.kc, ldk,
-                                     dqc + ((qbase + i0) * p->hq + h) * dqk, p->hq * dqk, 1);
+                        if (sel) zero_masked(w.dp, nk, ni, ldq, j0, w.lo, w.hi);
+                        if (sel && qbad)
+                            visible_rowA(w.dp, ldq, qc, ldk, w.dk, ldk, nk, ni, (int)dqk, j0, w.lo, w.hi);
+                        else
+                            K->gemm_rowA(nk, (int)dqk, ni, w.dp, ldq, qc, ldk, w.dk, ldk, 1);
+                        float *dqb = dqc + ((qbase + i0) * p->hq + h) * dqk;
+                        if (sel && kbad) {
+                            for (int r = 0; r < ni; r++)
+                                for (int j = 0; j < nk; j++) {
+                                    if (j0 + j < w.lo[r] || j0 + j >= w.hi[r]) continue;
+                                    float g = w.dp[j * ldq + r];
+                                    for (int64_t x = 0; x < dqk; x++)
+                                        dqb[r * p->hq * dqk + x] += g * w.kc[j * ldk + x];
+                                }
+                        } else {
+                            K->gemm_colA(ni, (int)dqk, nk, w.dp, ldq, w.kc, ldk, dqb, p->hq * dqk, 1);
+                        }
                     }
                 }
                 for (int j = 0; j < nk; j++) {
