@@ -159,6 +159,25 @@ fa_status fa_reference_backward_tiled(const fa_problem *p, int block_q, int bloc
             for (int64_t h = 0; h < p->hq; h++) p->dsinks[h] = 0.0f;
         return FA_OK;
     }
+    /* Key rows but no query row (Sq = 0 or no query heads): no query reaches any key, so
+       dk = dv = 0 and dsinks = 0. Sized by dk/dv, which exist: the query side (hq may be
+       2^32 with Sq = 0) sizes nothing and is not walked. */
+    if (p->hq == 0 || fa_problem_q_rows(p) == 0) {
+        float *zero = fa_ref_alloc(p->dqk > p->dv ? p->dqk : p->dv, 1);
+        if (!zero) return FA_ERR_NO_MEMORY;
+        for (int64_t b = 0; b < p->batch; b++) {
+            const fa_seq s = fa_problem_seq(p, b);
+            for (int64_t j = 0; j < s.sk; j++)
+                for (int64_t hk = 0; hk < p->hkv; hk++) {
+                    fa_ref_store(&p->grad_k, fa_krow(p, &p->grad_k, &s, b, j, hk), p->dqk, zero);
+                    fa_ref_store(&p->grad_v, fa_krow(p, &p->grad_v, &s, b, j, hk), p->dv, zero);
+                }
+        }
+        if (p->dsinks)
+            for (int64_t h = 0; h < p->hq; h++) p->dsinks[h] = 0.0f;
+        free(zero);
+        return FA_OK;
+    }
     const int64_t dqk = p->dqk, dv = p->dv, G = p->group;
     int64_t sq_max, sk_max;
     fa_ref_longest(p, &sq_max, &sk_max);

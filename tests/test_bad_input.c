@@ -691,7 +691,7 @@ START_TEST(test_edge_valid_calls)
 END_TEST
 
 /* Valid calls whose dimensions are huge but whose data is never read, found by fuzz_args
-   (tests/KNOWN_FAILURES.md #6-#9). Each must answer FA_OK at once, with no undefined
+   (tests/KNOWN_FAILURES.md #6-#9, #15). Each must answer FA_OK at once, with no undefined
    behaviour (the sanitizer build aborts on an int64 overflow) and no runaway loop (the
    test's timeout):
    - #6: B = 0 with d_qk = 2^40: an empty problem, no scratch sized from the head dims
@@ -699,6 +699,7 @@ END_TEST
    - #7: fa_query on q/out [2^31, 2^20, 4, 8]: the Q-block count in closed form; and
      q [2^62, 0, 1, 8] (Sq = 0): no walk over the batch (fa_query and fa_forward).
    - #8: fa_query and an empty forward with d_qk + d_v near 2^62 (the tile formula).
+   - #15: a backward with 2^40 query heads, Sq = 0, and real keys (dk = dv = 0).
    - #9: an empty query side against k/v [1, 2^62, 1, 1] (stride 0, a few bytes), and
      fa_forward_varlen with max_seqlen_q/k = 2^62 (valid upper bounds): the same numbers
      as with tight bounds. */
@@ -752,6 +753,21 @@ START_TEST(test_huge_valid_dims)
         ck_assert_msg(st == FA_OK, "%s: #8 fa_query d ~ 2^62: %d %s", be, (int)st, fa_last_error(ctx));
         st = fa_forward(ctx, &out, lse, &q, &k, &v, NULL);
         ck_assert_msg(st == FA_OK, "%s: #8 forward B=0 d ~ 2^62: %d %s", be, (int)st, fa_last_error(ctx));
+
+        /* #15: the backward with 2^40 query heads but Sq = 0, against 3 real keys: dk = dv
+           = 0, nothing sized or walked by the query heads */
+        {
+            float kk[24], vv2[24], dk3[24], dv3[24];
+            for (int i = 0; i < 24; i++) { kk[i] = 0.1f * (float)i; vv2[i] = -0.05f * (float)i; dk3[i] = dv3[i] = NAN; }
+            fa_tensor hq = fa_tensor_contiguous(dummy, FA_F32, 1, 0, (int64_t)1 << 40, 8);
+            fa_tensor tk3 = fa_tensor_contiguous(kk, FA_F32, 1, 3, 1, 8), tv3 = fa_tensor_contiguous(vv2, FA_F32, 1, 3, 1, 8);
+            fa_tensor tdk3 = fa_tensor_contiguous(dk3, FA_F32, 1, 3, 1, 8), tdv3 = fa_tensor_contiguous(dv3, FA_F32, 1, 3, 1, 8);
+            st = fa_backward(ctx, &hq, &tdk3, &tdv3, NULL, &hq, &hq, &tk3, &tv3, &hq, lse, NULL);
+            ck_assert_msg(st == FA_OK, "%s: #15 backward H=2^40, Sq=0: %d %s", be, (int)st, fa_last_error(ctx));
+            for (int i = 0; i < 24; i++)
+                ck_assert_msg(dk3[i] == 0.0f && dv3[i] == 0.0f, "%s: #15: dk/dv[%d] = %g/%g, want 0", be,
+                              i, dk3[i], dv3[i]);
+        }
 
         /* #9: no query row against k/v [1, 2^62, 1, 1] of stride 0 */
         q = fa_tensor_contiguous(dummy, FA_F32, 1, 0, 1, 1);
