@@ -488,10 +488,12 @@ void tu_run(const tu_case *c)
     tu_fill(k, &rng, amp);
     tu_fill(v, &rng, 1.0);
     tu_fill(dout, &rng, 1.0);
-    if (c->nan_mode == TN_Q_ROW && rows_q > 0 && H > 0)
+    /* NaN modes poison batch entry 0: none exists when TB = 0 (B = 0) */
+    if (c->nan_mode == TN_Q_ROW && TB > 0 && rows_q > 0 && H > 0)
         for (int64_t d = 0; d < dqk; d++) tu_set(q, 0, rows_q / 2, H - 1, d, NAN);
-    if (c->nan_mode == TN_K_ROW && rows_k > 0 && Hkv > 0) tu_set(k, 0, rows_k / 3, 0, 0, NAN);
-    if (c->nan_mode == TN_V_ELEM && rows_k > 0 && Hkv > 0 && dv > 1) tu_set(v, 0, rows_k - 1, 0, 1, NAN);
+    if (c->nan_mode == TN_K_ROW && TB > 0 && rows_k > 0 && Hkv > 0) tu_set(k, 0, rows_k / 3, 0, 0, NAN);
+    if (c->nan_mode == TN_V_ELEM && TB > 0 && rows_k > 0 && Hkv > 0 && dv > 1)
+        tu_set(v, 0, rows_k - 1, 0, 1, NAN);
 
     float *slopes = NULL, *sinks = NULL;
     double *slopes_d = NULL, *sinks_d = NULL;
