@@ -175,6 +175,16 @@ static int regression_case(int i, tu_case *c)
         c->threads = 1;
         return 1;
     }
+    case 7:   /* #12 again, from the first 480 s fuzz_diff run after the 4-ulp floor: window
+                 (0, 0), so every dq is exactly 0, with d_v = 31 and scale -1.4375: 5.7 fp32
+                 ulps of gref (corpus kf12-zero-dq-dv31) */
+        c->tag = "KF12-zero-dq-dv31"; c->seed = 8362;
+        c->B = 1; c->Sq = 17; c->Sk = 17; c->H = c->Hkv = 2; c->dqk = 96; c->dv = 31;
+        c->dt = c->odt = FA_F32; c->layout = TL_PADDED; c->causal = FA_CAUSAL_TOP_LEFT;
+        c->window = 1; c->wl = 0; c->wr = 0; c->scale = -1.4375f; c->bias = TB_BH_SHAPE1_PADDED;
+        c->bias_dt = FA_F32; c->dseed = 59870; c->doffset = 110; c->nan_mode = TN_Q_ROW;
+        c->tile_q = 32; c->threads = 2;
+        return 1;
     case 6:   /* the same for a NaN query row that sees some keys of a tile but not all:
                  dk of the keys it cannot see must stay finite */
         c->tag = "KF14-nan-query-row"; c->seed = 2714;
