@@ -185,6 +185,16 @@ static int regression_case(int i, tu_case *c)
         c->bias_dt = FA_F32; c->dseed = 59870; c->doffset = 110; c->nan_mode = TN_Q_ROW;
         c->tile_q = 32; c->threads = 2;
         return 1;
+    case 8:   /* #5 again, from a later fuzz_diff run: fp32, sinks up to 8, softcap, dropout,
+                 d_v = 1: psink = exp(sink - lse) carries fp32 eps x (|sink| + |lse|) of
+                 relative error (corpus kf05-dsinks-f32-lse) */
+        c->tag = "KF5-dsinks-f32-lse"; c->seed = 41611;
+        c->B = 3; c->Sq = 17; c->Sk = 17; c->H = c->Hkv = 1; c->dqk = 1; c->dv = 1;
+        c->dt = c->odt = FA_F32; c->window = 1; c->wl = 2; c->wr = 2; c->scale = 1.9375f;
+        c->softcap = 27.75f; c->alibi = 1; c->sinks = 1; c->sink_amp = 8.0;
+        c->bias = TB_FULL; c->bias_dt = FA_F32;
+        c->dropout_p = 0.916667f; c->dseed = 46662; c->doffset = 241; c->tile_q = 8; c->threads = 1;
+        return 1;
     case 6:   /* the same for a NaN query row that sees some keys of a tile but not all:
                  dk of the keys it cannot see must stay finite */
         c->tag = "KF14-nan-query-row"; c->seed = 2714;
