@@ -19,6 +19,7 @@
  * Byte layout (missing bytes read as 0, so every input decodes; see decode()).
  */
 #include <check.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -175,9 +176,19 @@ static const char *known_failure_msg(const tu_case *c, const char *msg)
     return NULL;
 }
 
+/* libFuzzer's SIGALRM handler (its -timeout watchdog, which fires every timeout/2 s).
+   Check's srunner installs its own SIGALRM handler for the whole run, and in no-fork mode
+   that handler calls killpg(0, SIGKILL): the first libFuzzer alarm during a case killed
+   the fuzzer and everything in its process group, silently (the "SIGKILL at ~15 s" of
+   earlier runs). The case runs with libFuzzer's handler back in place. */
+static struct sigaction g_fuzzer_alarm;
+
 START_TEST(test_fuzz_case)
 {
+    struct sigaction check_alarm;
+    sigaction(SIGALRM, &g_fuzzer_alarm, &check_alarm);
     tu_run(&g_case);
+    sigaction(SIGALRM, &check_alarm, NULL);
 }
 END_TEST
 
@@ -202,6 +213,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
+    sigaction(SIGALRM, NULL, &g_fuzzer_alarm);
     srunner_run_all(sr, CK_SILENT);
     if (srunner_ntests_failed(sr) != 0 && !g_no_skip) {
         TestResult **res = srunner_failures(sr);
