@@ -45,7 +45,7 @@ FA_API fa_status fa_forward(fa_context *ctx, fa_tensor *out, float *lse, const f
 {
     NEED_CTX("fa_forward");
     fa_problem p;
-    fa_status st = fa_build_forward(ctx, "fa_forward", &p, out, lse, q, k, v, opt, 1);
+    fa_status st = fa_build_forward(ctx, "fa_forward", &p, out, lse, q, k, v, opt, 1, 0);
     return st != FA_OK ? st : run_forward(ctx, "fa_forward", &p);
 }
 
@@ -57,7 +57,7 @@ FA_API fa_status fa_backward(fa_context *ctx, fa_tensor *dq, fa_tensor *dk, fa_t
     NEED_CTX("fa_backward");
     fa_problem p;
     fa_status st = fa_build_backward(ctx, "fa_backward", &p, dq, dk, dv, dsinks, dout, q, k,
-                                     v, out, lse, opt, 1);
+                                     v, out, lse, opt, 1, 0);
     return st != FA_OK ? st : run_backward(ctx, "fa_backward", &p);
 }
 
@@ -70,7 +70,7 @@ FA_API fa_status fa_forward_varlen(fa_context *ctx, fa_tensor *out, float *lse,
     static const char fn[] = "fa_forward_varlen";
     NEED_CTX("fa_forward_varlen");
     fa_problem p;
-    fa_status st = fa_build_forward(ctx, fn, &p, out, lse, q, k, v, opt, 0);
+    fa_status st = fa_build_forward(ctx, fn, &p, out, lse, q, k, v, opt, 0, 0);
     if (st == FA_OK)
         st = fa_build_varlen(ctx, fn, &p, cu_seqlens_q, cu_seqlens_k, batch, max_seqlen_q,
                              max_seqlen_k);
@@ -89,7 +89,7 @@ FA_API fa_status fa_backward_varlen(fa_context *ctx, fa_tensor *dq, fa_tensor *d
     NEED_CTX("fa_backward_varlen");
     fa_problem p;
     fa_status st = fa_build_backward(ctx, fn, &p, dq, dk, dv, dsinks, dout, q, k, v, out, lse,
-                                     opt, 0);
+                                     opt, 0, 0);
     if (st == FA_OK)
         st = fa_build_varlen(ctx, fn, &p, cu_seqlens_q, cu_seqlens_k, batch, max_seqlen_q,
                              max_seqlen_k);
@@ -197,7 +197,7 @@ FA_API fa_status fa_query(fa_context *ctx, const char **kernel_name, const fa_te
     if (!kernel_name) return fa_set_error(ctx, FA_ERR_INVALID_ARG, "fa_query: kernel_name is NULL");
     *kernel_name = NULL;
     fa_problem p;
-    fa_status st = fa_build_forward(ctx, "fa_query", &p, out, lse, q, k, v, opt, 1);
+    fa_status st = fa_build_forward(ctx, "fa_query", &p, out, lse, q, k, v, opt, 1, 1);
     if (st != FA_OK) return st;
     ctx->err[0] = '\0';
     return backend_result(ctx, "fa_query", ctx->ops->query(ctx, &p, 0, kernel_name));
@@ -217,7 +217,7 @@ FA_API fa_status fa_query_backward(fa_context *ctx, const char **kernel_name,
     *kernel_name = NULL;
     fa_problem p;
     fa_status st = fa_build_backward(ctx, "fa_query_backward", &p, dq, dk, dv, dsinks, dout,
-                                     q, k, v, out, lse, opt, 1);
+                                     q, k, v, out, lse, opt, 1, 1);
     if (st != FA_OK) return st;
     ctx->err[0] = '\0';
     return backend_result(ctx, "fa_query_backward", ctx->ops->query(ctx, &p, 1, kernel_name));

@@ -141,6 +141,40 @@ static inline void fa_visible_range(const fa_problem *p, const fa_seq *s, int64_
     *lo = a; *hi = e;
 }
 
+/* Query rows of the whole call over all heads' sequences, per head: B * Sq (dense, KV
+   cache) or cu_seqlens_q[batch] (varlen; host memory). O(1): never a walk over the batch.
+   Fits int64: q holds B * Sq * H * d_qk elements with d_qk >= 1 (validation). */
+static inline int64_t fa_problem_q_rows(const fa_problem *p)
+{
+    if (p->batch <= 0) return 0;
+    if (p->layout == FA_LAYOUT_VARLEN) return p->cu_q[p->batch];
+    return p->batch * p->q.shape[1];
+}
+
+/* Key rows of a dense or varlen call (the rows of dk/dv the backward writes). */
+static inline int64_t fa_problem_k_rows(const fa_problem *p)
+{
+    if (p->batch <= 0) return 0;
+    if (p->layout == FA_LAYOUT_VARLEN) return p->cu_k[p->batch];
+    return p->batch * p->k.shape[1];
+}
+
+/* Does the forward have anything to write? Rows of out and lse exist only when some
+   sequence has a query row and there are query heads (API.md item 11: empty problems
+   write what they must, which is then nothing). */
+static inline int fa_forward_is_empty(const fa_problem *p)
+{
+    return p->hq == 0 || fa_problem_q_rows(p) == 0;
+}
+
+/* Does the backward have anything to write besides dsinks (zeros when no row exists)?
+   dq rows need query rows, dk/dv rows need key rows and KV heads. */
+static inline int fa_backward_is_empty(const fa_problem *p)
+{
+    return (p->hq == 0 || fa_problem_q_rows(p) == 0) &&
+           (p->hkv == 0 || fa_problem_k_rows(p) == 0);
+}
+
 /* Element offset of bias(b, i, h, j) (broadcast dims have stride 0). */
 static inline int64_t fa_bias_index(const fa_problem *p, int64_t b, int64_t i, int64_t h,
                                     int64_t j)

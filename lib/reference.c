@@ -34,8 +34,10 @@
 #include <stdlib.h>
 #include "reference.h"
 
-float *fa_ref_alloc(int64_t n)
+float *fa_ref_alloc(int64_t rows, int64_t cols)
 {
+    int64_t n;
+    if (rows < 0 || cols < 0 || __builtin_mul_overflow(rows, cols, &n)) return NULL;
     return calloc(n > 0 ? (size_t)n : 1, sizeof(float));
 }
 
@@ -144,6 +146,9 @@ static void online_softmax_step(const fa_problem *p, const fa_seq *s, int64_t b,
 
 fa_status fa_reference_forward_tiled(const fa_problem *p, int block_q, int block_kv)
 {
+    /* No row of out or lse: nothing to write, and the head dims (which may be anything
+       when no element exists) must not size any scratch. */
+    if (fa_forward_is_empty(p)) return FA_OK;
     const int64_t dqk = p->dqk, dv = p->dv;
     int64_t sq_max, sk_max;
     fa_ref_longest(p, &sq_max, &sk_max);
@@ -152,13 +157,13 @@ fa_status fa_reference_forward_tiled(const fa_problem *p, int block_q, int block
 
     /* All scratch first, so that a failure has written nothing. These are the tiles the
        paper keeps in on-chip SRAM. */
-    float *Q = fa_ref_alloc(Br * dqk);   /* Q_i [Br, d_qk]                              */
-    float *K = fa_ref_alloc(Bc * dqk);   /* K_j [Bc, d_qk]                              */
-    float *V = fa_ref_alloc(Bc * dv);    /* V_j [Bc, d_v]                               */
-    float *S = fa_ref_alloc(Br * Bc);    /* S = Q_i K_j^T, overwritten by P [Br, Bc]    */
-    float *O = fa_ref_alloc(Br * dv);    /* O_i, unnormalized [Br, d_v]                  */
-    float *m = fa_ref_alloc(Br);         /* running row max                             */
-    float *l = fa_ref_alloc(Br);         /* running row sum of exp(S - m)               */
+    float *Q = fa_ref_alloc(Br, dqk);    /* Q_i [Br, d_qk]                              */
+    float *K = fa_ref_alloc(Bc, dqk);    /* K_j [Bc, d_qk]                              */
+    float *V = fa_ref_alloc(Bc, dv);     /* V_j [Bc, d_v]                               */
+    float *S = fa_ref_alloc(Br, Bc);     /* S = Q_i K_j^T, overwritten by P [Br, Bc]    */
+    float *O = fa_ref_alloc(Br, dv);     /* O_i, unnormalized [Br, d_v]                  */
+    float *m = fa_ref_alloc(Br, 1);      /* running row max                             */
+    float *l = fa_ref_alloc(Br, 1);      /* running row sum of exp(S - m)               */
     int64_t *lo = calloc((size_t)Br, sizeof *lo), *hi = calloc((size_t)Br, sizeof *hi);
     fa_status st = FA_OK;
     if (!Q || !K || !V || !S || !O || !m || !l || !lo || !hi) {
@@ -255,7 +260,8 @@ static fa_status ref_forward(fa_context *ctx, const fa_problem *p)
 {
     fa_status st = fa_reference_forward_tiled(p, ctx->block_q, ctx->block_kv);
     if (st != FA_OK)
-        return fa_set_error(ctx, st, "reference forward: cannot allocate the scratch tiles");
+        return fa_set_error(ctx, st, "reference backend: cannot allocate the forward's scratch "
+                            "tiles (%lld x %lld head dims)", (long long)p->dqk, (long long)p->dv);
     return FA_OK;
 }
 

@@ -86,7 +86,8 @@ static inline void fa_ref_store(const fa_tensor *t, int64_t off, int64_t n, cons
     for (int64_t c = 0; c < n; c++) fa_store(t->data, t->dtype, off + c, src[c]);
 }
 
-/* Zeroed fp32 scratch of n elements (never a NULL "success" for n = 0). */
-float *fa_ref_alloc(int64_t n);
+/* Zeroed fp32 scratch of rows x cols elements (never a NULL "success" for 0); NULL when
+   the product does not fit int64 or memory is short. */
+float *fa_ref_alloc(int64_t rows, int64_t cols);
 
 #endif /* FA_REFERENCE_H */

@@ -152,6 +152,32 @@ static void backward_rowsums(const fa_problem *p, const fa_seq *s, int64_t b, in
 
 fa_status fa_reference_backward_tiled(const fa_problem *p, int block_q, int block_kv)
 {
+    /* No row of dq, dk or dv: only dsinks (zero: no row contributes) is written, and the
+       head dims (anything, when no element exists) must not size any scratch. */
+    if (fa_backward_is_empty(p)) {
+        if (p->dsinks)
+            for (int64_t h = 0; h < p->hq; h++) p->dsinks[h] = 0.0f;
+        return FA_OK;
+    }
+    /* Key rows but no query row (Sq = 0 or no query heads): no query reaches any key, so
+       dk = dv = 0 and dsinks = 0. Sized by dk/dv, which exist: the query side (hq may be
+       2^32 with Sq = 0) sizes nothing and is not walked. */
+    if (p->hq == 0 || fa_problem_q_rows(p) == 0) {
+        float *zero = fa_ref_alloc(p->dqk > p->dv ? p->dqk : p->dv, 1);
+        if (!zero) return FA_ERR_NO_MEMORY;
+        for (int64_t b = 0; b < p->batch; b++) {
+            const fa_seq s = fa_problem_seq(p, b);
+            for (int64_t j = 0; j < s.sk; j++)
+                for (int64_t hk = 0; hk < p->hkv; hk++) {
+                    fa_ref_store(&p->grad_k, fa_krow(p, &p->grad_k, &s, b, j, hk), p->dqk, zero);
+                    fa_ref_store(&p->grad_v, fa_krow(p, &p->grad_v, &s, b, j, hk), p->dv, zero);
+                }
+        }
+        if (p->dsinks)
+            for (int64_t h = 0; h < p->hq; h++) p->dsinks[h] = 0.0f;
+        free(zero);
+        return FA_OK;
+    }
     const int64_t dqk = p->dqk, dv = p->dv, G = p->group;
     int64_t sq_max, sk_max;
     fa_ref_longest(p, &sq_max, &sk_max);
@@ -161,13 +187,13 @@ fa_status fa_reference_backward_tiled(const fa_problem *p, int block_q, int bloc
     /* All scratch first: a failure has written nothing. */
     scratch w = {
         .Br = Br, .Bc = Bc,
-        .dQ = fa_ref_alloc(G * sq_max * dqk), .D = fa_ref_alloc(G * sq_max),
-        .K = fa_ref_alloc(Bc * dqk), .V = fa_ref_alloc(Bc * dv),
-        .dK = fa_ref_alloc(Bc * dqk), .dV = fa_ref_alloc(Bc * dv),
-        .Q = fa_ref_alloc(Br * dqk), .dO = fa_ref_alloc(Br * dv),
-        .P = fa_ref_alloc(Br * Bc), .Z = fa_ref_alloc(Br * Bc),
-        .T = fa_ref_alloc(Br * Bc), .dS = fa_ref_alloc(Br * Bc),
-        .dsink = fa_ref_alloc(p->hq), .orow = fa_ref_alloc(dv),
+        .dQ = fa_ref_alloc(G * sq_max, dqk), .D = fa_ref_alloc(G, sq_max),
+        .K = fa_ref_alloc(Bc, dqk), .V = fa_ref_alloc(Bc, dv),
+        .dK = fa_ref_alloc(Bc, dqk), .dV = fa_ref_alloc(Bc, dv),
+        .Q = fa_ref_alloc(Br, dqk), .dO = fa_ref_alloc(Br, dv),
+        .P = fa_ref_alloc(Br, Bc), .Z = fa_ref_alloc(Br, Bc),
+        .T = fa_ref_alloc(Br, Bc), .dS = fa_ref_alloc(Br, Bc),
+        .dsink = fa_ref_alloc(p->hq, 1), .orow = fa_ref_alloc(dv, 1),
         .lo = calloc((size_t)Br, sizeof(int64_t)), .hi = calloc((size_t)Br, sizeof(int64_t)),
     };
     fa_status st = FA_OK;

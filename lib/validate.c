@@ -18,9 +18,11 @@ typedef long long ll;
 static int fa_dtype_ok(fa_dtype t) { return t == FA_F32 || t == FA_F16 || t == FA_BF16; }
 
 /* One tensor on its own. `output`: it is written, so a dimension of extent > 1 may not
-   have stride 0 (two elements would alias). */
+   have stride 0 (two elements would alias). `need_data`: the call reads or writes the
+   elements, so a non-empty view needs a data pointer (0 for fa_query and
+   fa_query_backward, which describe a call without touching its data). */
 static fa_status chk_tensor(fa_context *ctx, const char *fn, const char *name,
-                            const fa_tensor *t, int output)
+                            const fa_tensor *t, int output, int need_data)
 {
     if (!t) BAD("%s: %s is NULL", fn, name);
     if (!fa_dtype_ok(t->dtype)) BAD("%s: %s.dtype=%d is not an fa_dtype", fn, name, (int)t->dtype);
@@ -51,8 +53,7 @@ static fa_status chk_tensor(fa_context *ctx, const char *fn, const char *name,
         if (__builtin_add_overflow(span, 1, &count) ||
             __builtin_mul_overflow(count, (int64_t)fa_dtype_size(t->dtype), &bytes))
             BAD("%s: %s spans more bytes than fit in 64 bits", fn, name);
-        /* fa_query and fa_query_backward describe a call without reading the data. */
-        if (!t->data && strncmp(fn, "fa_query", 8) != 0) BAD("%s: %s.data is NULL", fn, name);
+        if (!t->data && need_data) BAD("%s: %s.data is NULL", fn, name);
     }
     return FA_OK;
 }
@@ -126,7 +127,7 @@ static fa_status chk_same_shape(fa_context *ctx, const char *fn, const char *an,
 
 /* Options into p. bias_ok: the call takes a bias (fa_forward / fa_backward). */
 static fa_status chk_options(fa_context *ctx, const char *fn, fa_problem *p,
-                             const fa_options *opt, int bias_ok)
+                             const fa_options *opt, int bias_ok, int need_data)
 {
     static const fa_options defaults;
     if (!opt) opt = &defaults;
@@ -168,7 +169,7 @@ static fa_status chk_options(fa_context *ctx, const char *fn, fa_problem *p,
         const fa_tensor *b = opt->bias;
         if (!bias_ok)
             BAD("%s: opt->bias is only supported by fa_forward and fa_backward", fn);
-        TRY(chk_tensor(ctx, fn, "opt->bias", b, 0));
+        TRY(chk_tensor(ctx, fn, "opt->bias", b, 0, need_data));
         int64_t B = p->q.shape[0], H = p->hq, Sq = p->q.shape[1], Sk = p->k.shape[1];
         if (b->shape[0] != B && b->shape[0] != 1)
             BAD("%s: opt->bias.shape[0]=%lld must be q.shape[0]=%lld or 1", fn,
@@ -207,13 +208,14 @@ static void fill_sizes(fa_problem *p, const fa_tensor *q, const fa_tensor *k,
 fa_status fa_build_forward(fa_context *ctx, const char *fn, fa_problem *p,
                            const fa_tensor *out, const float *lse, const fa_tensor *q,
                            const fa_tensor *k, const fa_tensor *v, const fa_options *opt,
-                           int bias_ok)
+                           int bias_ok, int describe_only)
 {
+    const int nd = !describe_only;
     memset(p, 0, sizeof *p);
-    TRY(chk_tensor(ctx, fn, "out", out, 1));
-    TRY(chk_tensor(ctx, fn, "q", q, 0));
-    TRY(chk_tensor(ctx, fn, "k", k, 0));
-    TRY(chk_tensor(ctx, fn, "v", v, 0));
+    TRY(chk_tensor(ctx, fn, "out", out, 1, nd));
+    TRY(chk_tensor(ctx, fn, "q", q, 0, nd));
+    TRY(chk_tensor(ctx, fn, "k", k, 0, nd));
+    TRY(chk_tensor(ctx, fn, "v", v, 0, nd));
     TRY(chk_qkv(ctx, fn, q, k, v, "k", "v"));
     TRY(chk_dim(ctx, fn, "k", k, 0, "q", q, 0));
     TRY(chk_dim(ctx, fn, "v", v, 0, "q", q, 0));
@@ -223,22 +225,24 @@ fa_status fa_build_forward(fa_context *ctx, const char *fn, fa_problem *p,
     fill_sizes(p, q, k, v);
     p->out = *out;
     p->lse = (float *)lse;
-    return chk_options(ctx, fn, p, opt, bias_ok);
+    return chk_options(ctx, fn, p, opt, bias_ok, nd);
 }
 
 fa_status fa_build_backward(fa_context *ctx, const char *fn, fa_problem *p,
                             const fa_tensor *dq, const fa_tensor *dk, const fa_tensor *dv,
                             const float *dsinks, const fa_tensor *dout, const fa_tensor *q,
                             const fa_tensor *k, const fa_tensor *v, const fa_tensor *out,
-                            const float *lse, const fa_options *opt, int bias_ok)
+                            const float *lse, const fa_options *opt, int bias_ok,
+                            int describe_only)
 {
-    TRY(fa_build_forward(ctx, fn, p, out, lse, q, k, v, opt, bias_ok));
+    const int nd = !describe_only;
+    TRY(fa_build_forward(ctx, fn, p, out, lse, q, k, v, opt, bias_ok, describe_only));
     /* out is an input here: it was checked as an output above, which is stricter only in
        forbidding stride 0, harmless for a tensor the forward wrote. */
-    TRY(chk_tensor(ctx, fn, "dq", dq, 1));
-    TRY(chk_tensor(ctx, fn, "dk", dk, 1));
-    TRY(chk_tensor(ctx, fn, "dv", dv, 1));
-    TRY(chk_tensor(ctx, fn, "dout", dout, 0));
+    TRY(chk_tensor(ctx, fn, "dq", dq, 1, nd));
+    TRY(chk_tensor(ctx, fn, "dk", dk, 1, nd));
+    TRY(chk_tensor(ctx, fn, "dv", dv, 1, nd));
+    TRY(chk_tensor(ctx, fn, "dout", dout, 0, nd));
     TRY(chk_same_shape(ctx, fn, "dq", dq, "q", q));
     TRY(chk_same_shape(ctx, fn, "dk", dk, "k", k));
     TRY(chk_same_shape(ctx, fn, "dv", dv, "v", v));
@@ -311,10 +315,10 @@ fa_status fa_build_kvcache(fa_context *ctx, const char *fn, fa_problem *p,
 {
     memset(p, 0, sizeof *p);
     int append = k_new || v_new;
-    TRY(chk_tensor(ctx, fn, "out", out, 1));
-    TRY(chk_tensor(ctx, fn, "q", q, 0));
-    TRY(chk_tensor(ctx, fn, "k_cache", k_cache, append));
-    TRY(chk_tensor(ctx, fn, "v_cache", v_cache, append));
+    TRY(chk_tensor(ctx, fn, "out", out, 1, 1));
+    TRY(chk_tensor(ctx, fn, "q", q, 0, 1));
+    TRY(chk_tensor(ctx, fn, "k_cache", k_cache, append, 1));
+    TRY(chk_tensor(ctx, fn, "v_cache", v_cache, append, 1));
     TRY(chk_qkv(ctx, fn, q, k_cache, v_cache, "k_cache", "v_cache"));
     TRY(chk_dim(ctx, fn, "v_cache", v_cache, 0, "k_cache", k_cache, 0));
     TRY(chk_dim(ctx, fn, "v_cache", v_cache, 1, "k_cache", k_cache, 1));
@@ -325,8 +329,8 @@ fa_status fa_build_kvcache(fa_context *ctx, const char *fn, fa_problem *p,
     if (v_new && !k_new) BAD("%s: v_new is given but k_new is NULL", fn);
     int64_t s_new = 0;
     if (append) {
-        TRY(chk_tensor(ctx, fn, "k_new", k_new, 0));
-        TRY(chk_tensor(ctx, fn, "v_new", v_new, 0));
+        TRY(chk_tensor(ctx, fn, "k_new", k_new, 0, 1));
+        TRY(chk_tensor(ctx, fn, "v_new", v_new, 0, 1));
         TRY(chk_same_dtype(ctx, fn, "k_new", k_new, q->dtype));
         TRY(chk_same_dtype(ctx, fn, "v_new", v_new, q->dtype));
         TRY(chk_dim(ctx, fn, "k_new", k_new, 0, "q", q, 0));
@@ -385,13 +389,13 @@ fa_status fa_build_kvcache(fa_context *ctx, const char *fn, fa_problem *p,
     p->max_pages = block_table ? max_pages_per_seq : 0;
     p->page_size = page_size;
     p->max_sk = ctx->ops->device_memory ? capacity : longest;
-    return chk_options(ctx, fn, p, opt, 0);
+    return chk_options(ctx, fn, p, opt, 0, 1);
 }
 
 fa_status fa_check_combine(fa_context *ctx, const char *fn, const fa_tensor *out,
                            const fa_tensor *out_parts, const float *const *lse_parts, int n)
 {
-    TRY(chk_tensor(ctx, fn, "out", out, 1));
+    TRY(chk_tensor(ctx, fn, "out", out, 1, 1));
     if (n < 1) BAD("%s: n=%d must be >= 1", fn, n);
     if (!out_parts) BAD("%s: out_parts is NULL", fn);
     if (!lse_parts) BAD("%s: lse_parts is NULL", fn);
@@ -399,7 +403,7 @@ fa_status fa_check_combine(fa_context *ctx, const char *fn, const fa_tensor *out
     for (int i = 0; i < n; i++) {
         char name[48];
         snprintf(name, sizeof name, "out_parts[%d]", i);
-        TRY(chk_tensor(ctx, fn, name, &out_parts[i], 0));
+        TRY(chk_tensor(ctx, fn, name, &out_parts[i], 0, 1));
         TRY(chk_same_shape(ctx, fn, name, &out_parts[i], "out", out));
         if (!lse_parts[i] && rows > 0) BAD("%s: lse_parts[%d] is NULL", fn, i);
     }

@@ -5,6 +5,8 @@
  * (default scale, causal folded into the window, bias broadcast as stride 0, dropout key)
  * and fills *p. Nothing is written anywhere but *p and ctx's error message.
  * bias_ok: the call accepts opt->bias (fa_forward, fa_backward).
+ * describe_only: the call only describes the operation (fa_query, fa_query_backward) and
+ * never touches the data, so data pointers may be NULL.
  */
 #ifndef FA_VALIDATE_H
 #define FA_VALIDATE_H
@@ -14,13 +16,14 @@
 fa_status fa_build_forward(fa_context *ctx, const char *fn, fa_problem *p,
                            const fa_tensor *out, const float *lse, const fa_tensor *q,
                            const fa_tensor *k, const fa_tensor *v, const fa_options *opt,
-                           int bias_ok);
+                           int bias_ok, int describe_only);
 
 fa_status fa_build_backward(fa_context *ctx, const char *fn, fa_problem *p,
                             const fa_tensor *dq, const fa_tensor *dk, const fa_tensor *dv,
                             const float *dsinks, const fa_tensor *dout, const fa_tensor *q,
                             const fa_tensor *k, const fa_tensor *v, const fa_tensor *out,
-                            const float *lse, const fa_options *opt, int bias_ok);
+                            const float *lse, const fa_options *opt, int bias_ok,
+                            int describe_only);
 
 /* Turns a dense problem built above into a varlen one and checks the index arrays. */
 fa_status fa_build_varlen(fa_context *ctx, const char *fn, fa_problem *p,

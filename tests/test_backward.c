@@ -113,6 +113,106 @@ START_TEST(test_bwd_slow_sweep)
 }
 END_TEST
 
+/* Cases the fuzzer found (tests/KNOWN_FAILURES.md), replayed as decoded, tiles and threads
+   included: #5 (dsinks against 3 x one sample of the naive's noise: bf16, bf16 inputs with
+   F32 out, fp32), #12 (a gradient that is exactly 0, or that the naive gets exact, held to
+   one ulp) and #14 (a NaN key or query row reaching, through 0 * NaN, the gradients of rows
+   or keys that cannot see it). Cases 0 and 3-6 each fail without their fix (5 is the
+   recorded input, 6 its query-side twin). Cases 1 and 2 are rebuilt from #5's description
+   (their bytes were not kept) and passed either way: they stay as coverage of varlen +
+   sinks in bf16 -> F32 and in fp32. */
+static int regression_case(int i, tu_case *c)
+{
+    static const int64_t lq5b[1] = { 7 }, lk5b[1] = { 4 }, lq5c[1] = { 7 }, lk5c[1] = { 8 };
+    static const int64_t lq12a[2] = { 6, 3 }, lk12a[2] = { 2, 4 };
+    memset(c, 0, sizeof *c);
+    c->backward = 1; c->wl = c->wr = -1; c->amp = 1.0;
+    switch (i) {
+    case 0:   /* #5, fuzz_diff input sLaFIq1B... (tests/fuzz/corpus/fuzz_diff/kf05-dsinks-bf16) */
+        c->tag = "KF5-dsinks-bf16"; c->seed = 50622;
+        c->B = 3; c->Sq = 3; c->Sk = 5; c->H = c->Hkv = 3; c->dqk = 15; c->dv = 80;
+        c->dt = c->odt = FA_BF16; c->layout = TL_PADDED; c->causal = FA_CAUSAL_BOTTOM_RIGHT;
+        c->window = 1; c->wl = 3; c->wr = 0; c->sinks = 1; c->sink_amp = 8.0;
+        c->bias = TB_BH_SHAPE1_PADDED; c->bias_dt = FA_BF16; c->deterministic = 1;
+        c->dseed = 14137; c->doffset = 142; c->tile_kv = 17; c->threads = 1;
+        return 1;
+    case 1:   /* #5, bf16 inputs, F32 out (recorded by its description) */
+        c->tag = "KF5-dsinks-bf16-f32out"; c->seed = 57252; c->varlen = 1;
+        c->B = 1; c->lq = lq5b; c->lk = lk5b; c->H = 2; c->Hkv = 1; c->dqk = 24; c->dv = 8;
+        c->dt = FA_BF16; c->odt = FA_F32; c->causal = FA_CAUSAL_BOTTOM_RIGHT;
+        c->softcap = 8.75f; c->sinks = 1; c->tile_q = 1; c->tile_kv = 64; c->threads = 2;
+        return 1;
+    case 2:   /* #5, fp32 (recorded by its description) */
+        c->tag = "KF5-dsinks-f32"; c->seed = 27575; c->varlen = 1;
+        c->B = 1; c->lq = lq5c; c->lk = lk5c; c->H = c->Hkv = 1; c->dqk = 7; c->dv = 15;
+        c->dt = c->odt = FA_F32; c->causal = FA_CAUSAL_TOP_LEFT;
+        c->window = 1; c->wl = 1; c->wr = 2; c->alibi = 1; c->sinks = 1; c->tile_q = 5;
+        return 1;
+    case 3:   /* #12, fuzz_diff input b3QgZHUg... (kf12-zero-dq) */
+        c->tag = "KF12-zero-dq"; c->seed = 27753; c->varlen = 1;
+        c->B = 2; c->lq = lq12a; c->lk = lk12a; c->max_slack = 2; c->H = c->Hkv = 1;
+        c->dqk = 31; c->dv = 16; c->dt = c->odt = FA_F32; c->layout = TL_TRANSPOSED;
+        c->causal = FA_CAUSAL_TOP_LEFT; c->window = 1; c->wl = 0; c->wr = 2;
+        c->scale = -1.3125f; c->alibi = 1; c->sink_amp = 8.0; c->dseed = 46345; c->doffset = 10;
+        c->tile_q = 2; c->tile_kv = 1; c->threads = 1;
+        return 1;
+    case 4:   /* #12, fuzz_diff input NeTerP7H... (kf12-exact-dv) */
+        c->tag = "KF12-exact-dv"; c->seed = 24539;
+        c->B = 3; c->Sq = 23; c->Sk = 32; c->H = c->Hkv = 1; c->dqk = 32; c->dv = 3;
+        c->dt = FA_BF16; c->odt = FA_F32; c->layout = TL_PADDED;
+        c->causal = FA_CAUSAL_BOTTOM_RIGHT; c->window = 1; c->wl = 0; c->wr = 7; c->alibi = 1;
+        c->bias = TB_B_STRIDE0; c->bias_dt = FA_BF16; c->sink_amp = 8.0;
+        c->dseed = 29984; c->doffset = 85; c->tile_q = 8; c->threads = 2;
+        return 1;
+    case 5: { /* NaN in a key row, found once #10's skip was lifted (corpus kf14-nan-key):
+                 rows of a partly masked tile that cannot see the key got dq = NaN */
+        static const int64_t lq[2] = { 20, 5 }, lk[2] = { 2, 1 };
+        c->tag = "KF14-nan-key-row"; c->seed = 27067; c->varlen = 1;
+        c->B = 2; c->lq = lq; c->lk = lk; c->H = 2; c->Hkv = 1; c->dqk = c->dv = 15;
+        c->dt = c->odt = FA_F16; c->layout = TL_PADDED; c->causal = FA_CAUSAL_BOTTOM_RIGHT;
+        c->wl = 6; c->wr = 0; c->scale = 0.4375f; c->bias_dt = FA_BF16; c->deterministic = 1;
+        c->dseed = 62569; c->doffset = 210; c->nan_mode = TN_K_ROW; c->tile_q = 3;
+        c->threads = 1;
+        return 1;
+    }
+    case 7:   /* #12 again, from the first 480 s fuzz_diff run after the 4-ulp floor: window
+                 (0, 0), so every dq is exactly 0, with d_v = 31 and scale -1.4375: 5.7 fp32
+                 ulps of gref (corpus kf12-zero-dq-dv31) */
+        c->tag = "KF12-zero-dq-dv31"; c->seed = 8362;
+        c->B = 1; c->Sq = 17; c->Sk = 17; c->H = c->Hkv = 2; c->dqk = 96; c->dv = 31;
+        c->dt = c->odt = FA_F32; c->layout = TL_PADDED; c->causal = FA_CAUSAL_TOP_LEFT;
+        c->window = 1; c->wl = 0; c->wr = 0; c->scale = -1.4375f; c->bias = TB_BH_SHAPE1_PADDED;
+        c->bias_dt = FA_F32; c->dseed = 59870; c->doffset = 110; c->nan_mode = TN_Q_ROW;
+        c->tile_q = 32; c->threads = 2;
+        return 1;
+    case 8:   /* #5 again, from a later fuzz_diff run: fp32, sinks up to 8, softcap, dropout,
+                 d_v = 1: psink = exp(sink - lse) carries fp32 eps x (|sink| + |lse|) of
+                 relative error (corpus kf05-dsinks-f32-lse) */
+        c->tag = "KF5-dsinks-f32-lse"; c->seed = 41611;
+        c->B = 3; c->Sq = 17; c->Sk = 17; c->H = c->Hkv = 1; c->dqk = 1; c->dv = 1;
+        c->dt = c->odt = FA_F32; c->window = 1; c->wl = 2; c->wr = 2; c->scale = 1.9375f;
+        c->softcap = 27.75f; c->alibi = 1; c->sinks = 1; c->sink_amp = 8.0;
+        c->bias = TB_FULL; c->bias_dt = FA_F32;
+        c->dropout_p = 0.916667f; c->dseed = 46662; c->doffset = 241; c->tile_q = 8; c->threads = 1;
+        return 1;
+    case 6:   /* the same for a NaN query row that sees some keys of a tile but not all:
+                 dk of the keys it cannot see must stay finite */
+        c->tag = "KF14-nan-query-row"; c->seed = 2714;
+        c->B = 1; c->Sq = 6; c->Sk = 6; c->H = c->Hkv = 1; c->dqk = c->dv = 8;
+        c->dt = c->odt = FA_F32; c->causal = FA_CAUSAL_TOP_LEFT; c->nan_mode = TN_Q_ROW;
+        return 1;
+    }
+    return 0;
+}
+
+START_TEST(test_bwd_regressions)
+{
+    tu_case c;
+    ck_assert(regression_case(_i, &c));
+    tu_run(&c);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("backward");
@@ -128,5 +228,8 @@ int main(void)
     LOOP(test_bwd_big_shapes, 2, 300);
     LOOP(test_bwd_slow_sweep, (N_HEAD_DIMS + 2) * N_SEQ_PAIRS, 1200);
     LOOP(test_bwd_fully_masked, 5, 120);
+    int nr = 0;
+    { tu_case c; while (regression_case(nr, &c)) nr++; }
+    LOOP(test_bwd_regressions, nr, 60);
     return tu_main(s);
 }

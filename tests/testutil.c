@@ -279,6 +279,13 @@ int tu_tol(const double *ours, const double *orc, const double *naive, int64_t n
 int tu_tol_ref(const double *ours, const double *orc, const double *naive, int64_t n,
                fa_dtype in_dt, fa_dtype odt, double factor, double ref_mag, tu_cmp *r)
 {
+    return tu_tol_floor(ours, orc, naive, n, in_dt, odt, factor, ref_mag, 1.0, r);
+}
+
+int tu_tol_floor(const double *ours, const double *orc, const double *naive, int64_t n,
+                 fa_dtype in_dt, fa_dtype odt, double factor, double ref_mag,
+                 double floor_ulps, tu_cmp *r)
+{
     r->err = r->nerr = r->mag = 0.0;
     r->worst = -1;
     r->ours_w = r->orc_w = 0.0;
@@ -301,7 +308,7 @@ int tu_tol_ref(const double *ours, const double *orc, const double *naive, int64
         if (ok && e > r->err) { r->err = e; r->worst = x; r->ours_w = ours[x]; r->orc_w = orc[x]; }
     }
     double fm = r->mag > ref_mag ? r->mag : ref_mag;
-    r->bound = factor * r->nerr + fm * tu_eps(odt);
+    r->bound = factor * r->nerr + floor_ulps * fm * tu_eps(odt);
     if (in_dt == FA_F32) {
         double rel = 1e-5 * fm;
         if (rel < r->bound) r->bound = rel;
@@ -328,14 +335,17 @@ void tu_case_str(const tu_case *c, char *buf, size_t len)
     snprintf(buf, len,
              "[%s] seed=%llu %s H=%lld Hkv=%lld dqk=%lld dv=%lld dtype=%s out=%s layout=%s "
              "causal=%s window=%d(%lld,%lld) scale=%g softcap=%g alibi=%d sinks=%d bias=%d(%s) "
-             "dropout=%g(seed %llu off %llu) amp=%g lse=%s det=%d nan=%d",
+             "dropout=%g(seed %llu off %llu) amp=%g sink_amp=%g lse=%s det=%d nan=%d bwd=%d "
+             "extra_rows=%lld slack=%lld tiles=%dx%d threads=%d",
              c->tag ? c->tag : "", (unsigned long long)c->seed, sh, (long long)c->H,
              (long long)c->Hkv, (long long)c->dqk, (long long)c->dv, tu_dtype_name(c->dt),
              tu_dtype_name(c->odt), lz[c->layout], cz[c->causal], c->window,
              (long long)c->wl, (long long)c->wr, (double)c->scale, (double)c->softcap,
              c->alibi, c->sinks, c->bias, tu_dtype_name(c->bias_dt), (double)c->dropout_p,
              (unsigned long long)c->dseed, (unsigned long long)c->doffset,
-             c->amp, c->no_lse ? "NULL" : "yes", c->deterministic, c->nan_mode);
+             c->amp, c->sink_amp, c->no_lse ? "NULL" : "yes", c->deterministic, c->nan_mode,
+             c->backward, (long long)c->extra_rows, (long long)c->max_slack, c->tile_q,
+             c->tile_kv, c->threads);
 }
 
 typedef struct {
@@ -412,13 +422,20 @@ static double max_abs(const double *x, int64_t n)
     return m;
 }
 
-/* ref_mag: see tu_tol_ref. smax > 0 (large-logit cases): the score itself is rounded at
-   magnitude |s| in any implementation, which moves P by ~|s|*eps relative; the floor is
-   the noise of one add at the magnitude of the logits, and the fp32 1e-5 rule (which no
-   fp32 implementation, the naive one included, can meet at |s| ~ 1e4) is not applied. */
+/* The coarser of two dtypes: the precision the data of a result passed through. */
+static fa_dtype coarser(fa_dtype a, fa_dtype b)
+{
+    return tu_eps(a) >= tu_eps(b) ? a : b;
+}
+
+/* odt: the dtype whose epsilon sets the floor; ref_mag and floor_ulps: see tu_tol_floor.
+   smax > 0 (large-logit cases): the score itself is rounded at magnitude |s| in any
+   implementation, which moves P by ~|s|*eps relative; the floor is the noise of one add at
+   the magnitude of the logits, and the fp32 1e-5 rule (which no fp32 implementation, the
+   naive one included, can meet at |s| ~ 1e4) is not applied. */
 static void compare(const tu_case *c, const char *be, const char *name, const double *ours,
                     const double *orc, const double *naive, int64_t n, fa_dtype odt,
-                    double factor, double ref_mag, double smax)
+                    double factor, double ref_mag, double floor_ulps, double smax)
 {
     tu_cmp r;
     fa_dtype in_dt = c->dt;
@@ -428,7 +445,7 @@ static void compare(const tu_case *c, const char *be, const char *name, const do
         ref_mag *= smax * tu_eps(c->dt) / tu_eps(odt);
         in_dt = FA_F16;
     }
-    if (!tu_tol_ref(ours, orc, naive, n, in_dt, odt, factor, ref_mag, &r))
+    if (!tu_tol_floor(ours, orc, naive, n, in_dt, odt, factor, ref_mag, floor_ulps, &r))
         FAILF("%s: %s: max|ours-oracle|=%.3e > bound %.3e (%.0fx max|naive-oracle|=%.3e + "
               "floor, max|oracle|=%.3e); worst element %lld: ours=%.9g oracle=%.9g",
               be, name, r.err, r.bound, factor, r.nerr, r.mag, (long long)r.worst,
@@ -471,10 +488,12 @@ void tu_run(const tu_case *c)
     tu_fill(k, &rng, amp);
     tu_fill(v, &rng, 1.0);
     tu_fill(dout, &rng, 1.0);
-    if (c->nan_mode == TN_Q_ROW && rows_q > 0 && H > 0)
+    /* NaN modes poison batch entry 0: none exists when TB = 0 (B = 0) */
+    if (c->nan_mode == TN_Q_ROW && TB > 0 && rows_q > 0 && H > 0)
         for (int64_t d = 0; d < dqk; d++) tu_set(q, 0, rows_q / 2, H - 1, d, NAN);
-    if (c->nan_mode == TN_K_ROW && rows_k > 0 && Hkv > 0) tu_set(k, 0, rows_k / 3, 0, 0, NAN);
-    if (c->nan_mode == TN_V_ELEM && rows_k > 0 && Hkv > 0 && dv > 1) tu_set(v, 0, rows_k - 1, 0, 1, NAN);
+    if (c->nan_mode == TN_K_ROW && TB > 0 && rows_k > 0 && Hkv > 0) tu_set(k, 0, rows_k / 3, 0, 0, NAN);
+    if (c->nan_mode == TN_V_ELEM && TB > 0 && rows_k > 0 && Hkv > 0 && dv > 1)
+        tu_set(v, 0, rows_k - 1, 0, 1, NAN);
 
     float *slopes = NULL, *sinks = NULL;
     double *slopes_d = NULL, *sinks_d = NULL;
@@ -574,6 +593,36 @@ void tu_run(const tu_case *c)
         free(bq); free(bk); free(bv); free(bdo); free(bb); free(to); free(tl); free(to_sp);
     }
 
+    /* dsinks' reference magnitude: max over heads of sqrt(sum_i (psink_i L_i)^2),
+       psink_i = exp(sink_h - lse_i), L_i = sum_c |dout_ic out_ic| (oracle out and lse).
+       D_i's rounding error is at most about eps * L_i (one rounding per term: out stored
+       in its dtype, and the sum's own adds); the rows' errors are independent, so they
+       add in quadrature. psink_i itself is exp of a difference of fp32 numbers, so it
+       carries a relative error of fp32 eps * (|sink_h| + |lse_i|): that part (ss2) is
+       added in fp32 ulps, converted to the floor dtype's. */
+    double ds_rss = 0.0;
+    const fa_dtype ds_dt = coarser(c->dt, c->odt);
+    if (c->backward && sinks) {
+        for (int64_t h = 0; h < H; h++) {
+            double ss = 0.0, ss2 = 0.0;
+            for (int64_t b = 0; b < nseq; b++) {
+                int64_t tb = c->varlen ? 0 : b, r0 = tb * rows_q + q0[b];
+                for (int64_t i = 0; i < sq[b]; i++) {
+                    int64_t li = c->varlen ? h * rows_q + q0[b] + i : (b * H + h) * c->Sq + i;
+                    if (!isfinite(o_lse[li])) continue;
+                    double ps = exp(sinks_d[h] - o_lse[li]), l1 = 0.0;
+                    for (int64_t x = 0; x < dv; x++)
+                        l1 += fabs(tu_get(dout, tb, q0[b] + i, h, x) * o_out[((r0 + i) * H + h) * dv + x]);
+                    ss += ps * l1 * ps * l1;
+                    double e = ps * l1 * (fabs(sinks_d[h]) + fabs(o_lse[li]));
+                    ss2 += e * e;
+                }
+            }
+            double m = sqrt(ss) + sqrt(ss2) * tu_eps(FA_F32) / tu_eps(ds_dt);
+            if (m > ds_rss) ds_rss = m;
+        }
+    }
+
     /* ---- every backend ---- */
     fa_backend bes[8];
     int nb = tu_backends(bes);
@@ -589,6 +638,10 @@ void tu_run(const tu_case *c)
     for (int bi = 0; bi < nb; bi++) {
         const char *be = tu_backend_name(bes[bi]);
         fa_context *ctx = tu_ctx(bes[bi]);
+        if (c->tile_q || c->tile_kv)
+            ck_assert_int_eq(fa_context_set_tiles(ctx, c->tile_q, c->tile_kv), FA_OK);
+        if (c->threads && bes[bi] != FA_BACKEND_REFERENCE)
+            ck_assert_int_eq(fa_context_set_threads(ctx, c->threads), FA_OK);
         tu_poison(out); tu_poison(lse);
         if (c->varlen) {
             tu_must_rows(out, 0, Tq);
@@ -615,14 +668,19 @@ void tu_run(const tu_case *c)
         double *g_out = gather_all(out);
         if (c->varlen)   /* rows past the total: checked untouched above, not compared */
             memcpy(g_out + Tq * H * dv, o_out + Tq * H * dv, sizeof(double) * (size_t)((rows_q - Tq) * H * dv));
-        compare(c, be, "out", g_out, o_out, n_out, nq_log * H * dv, c->odt, 2.0, 0.0, smax);
+        /* out: the floor stays one add in c->odt. A floor in the data's precision (for an
+           F32 out of bf16 inputs) was tried for KNOWN_FAILURES #11 and rejected: one bf16
+           rounding at max|out| is larger than the systematic 0.3 % error #11 was, which
+           the rule then no longer caught. #13 records what that leaves open. */
+        compare(c, be, "out", g_out, o_out, n_out, nq_log * H * dv, c->odt, 2.0, 0.0, 1.0,
+                smax);
         double *g_lse = dcalloc(lse_n);
         if (!c->no_lse) {
             for (int64_t x = 0; x < lse_n; x++) g_lse[x] = ((float *)lse->t.data)[x];
             if (c->varlen)  /* rows past the total are not compared (checked untouched) */
                 for (int64_t h = 0; h < H; h++)
                     for (int64_t i = Tq; i < rows_q; i++) g_lse[h * rows_q + i] = o_lse[h * rows_q + i];
-            compare(c, be, "lse", g_lse, o_lse, n_lse, lse_n, FA_F32, 2.0, 0.0, smax);
+            compare(c, be, "lse", g_lse, o_lse, n_lse, lse_n, FA_F32, 2.0, 0.0, 1.0, smax);
         }
         /* fully masked rows: exact zeros and exactly -inf / the sink */
         for (int64_t r = 0; r < nq_log; r++) {
@@ -680,14 +738,27 @@ void tu_run(const tu_case *c)
             double gref = max_abs(o_dq, nq_log * H * dqk), t_;
             if ((t_ = max_abs(o_dk, nk_log * Hkv * dqk)) > gref) gref = t_;
             if ((t_ = max_abs(o_dv, nk_log * Hkv * dv)) > gref) gref = t_;
-            compare(c, be, "dq", g_dq, o_dq, n_dq, nq_log * H * dqk, c->odt, 3.0, gref, smax);
-            compare(c, be, "dk", g_dk, o_dk, n_dk, nk_log * Hkv * dqk, c->odt, 3.0, gref, smax);
-            compare(c, be, "dv", g_dv, o_dv, n_dv, nk_log * Hkv * dv, c->odt, 3.0, gref, smax);
+            /* Gradients: dS = P (dP - D) subtracts two dv-term dot products that cancel
+               (exactly, for a row that sees one key), each accumulated in fp32 by every
+               implementation, and dq/dk carry |scale| on top; so a gradient the naive
+               happens to get exact still carries that fp32 noise. The floor is one ulp of
+               odt at gref (the result's own rounding) plus (2 + sqrt(d_v)) x max(1,
+               |scale|) fp32 ulps at gref (KNOWN_FAILURES #12). */
+            double gfl = 1.0 + (2.0 + sqrt((double)dv)) * (fabs(scale) > 1.0 ? fabs(scale) : 1.0) *
+                               tu_eps(FA_F32) / tu_eps(c->odt);
+            compare(c, be, "dq", g_dq, o_dq, n_dq, nq_log * H * dqk, c->odt, 3.0, gref, gfl, smax);
+            compare(c, be, "dk", g_dk, o_dk, n_dk, nk_log * Hkv * dqk, c->odt, 3.0, gref, gfl, smax);
+            compare(c, be, "dv", g_dv, o_dv, n_dv, nk_log * Hkv * dv, c->odt, 3.0, gref, gfl, smax);
             if (sinks) {
                 double g_ds[512];
                 ck_assert(H <= 512);
                 for (int64_t h = 0; h < H; h++) g_ds[h] = ((float *)dsk->t.data)[h];
-                compare(c, be, "dsinks", g_ds, o_ds, n_ds, H, FA_F32, 3.0, 0.0, smax);
+                /* dsinks_h = -sum_i exp(sink_h - lse_i) D_i, D_i = dout_i . out_i: a sum of
+                   products that cancel, formed from out stored in c->odt and inputs in
+                   c->dt. Its noise scales with the terms, not with |dsinks|: the reference
+                   magnitude is ds_rss (above), and the floor is one rounding at that
+                   magnitude in the data's precision (KNOWN_FAILURES #5). */
+                compare(c, be, "dsinks", g_ds, o_ds, n_ds, H, ds_dt, 3.0, ds_rss, 1.0, smax);
             }
             for (int64_t r = 0; r < nq_log; r++) {
                 if (!row_masked[r]) continue;

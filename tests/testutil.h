@@ -87,6 +87,11 @@ int tu_tol(const double *ours, const double *orc, const double *naive, int64_t n
    terms dP - D), so that an all-zero oracle tensor still gets the noise of its terms. */
 int tu_tol_ref(const double *ours, const double *orc, const double *naive, int64_t n,
                fa_dtype in_dt, fa_dtype odt, double factor, double ref_mag, tu_cmp *r);
+/* The same with a floor of floor_ulps ulps (of odt) at the reference magnitude instead of
+   one: for results that carry the rounding of a few operations (gradients). */
+int tu_tol_floor(const double *ours, const double *orc, const double *naive, int64_t n,
+                 fa_dtype in_dt, fa_dtype odt, double factor, double ref_mag,
+                 double floor_ulps, tu_cmp *r);
 
 /* ---- the case runner ------------------------------------------------------------------ */
 enum { TB_NONE = 0, TB_FULL, TB_B_STRIDE0, TB_H_SHAPE1, TB_BH_SHAPE1_PADDED, TB_Q_STRIDE0 };
@@ -114,6 +119,8 @@ typedef struct {
     double sink_amp;               /* sink logits amplitude (0 -> 2)                    */
     int nan_mode;                  /* TN_*                                               */
     uint64_t seed;                 /* data seed                                          */
+    int tile_q, tile_kv;           /* fa_context_set_tiles on every context (0: default) */
+    int threads;                   /* fa_context_set_threads where supported (0: default) */
 } tu_case;
 
 void tu_case_str(const tu_case *c, char *buf, size_t len);

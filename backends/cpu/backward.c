@@ -42,7 +42,7 @@ int fa_cpu_bwd_chunks(const fa_problem *p, int bkv)
     int64_t bh = p->batch * p->hkv;
     if (bh < 1) bh = 1;
     int64_t c = (CHUNK_TARGET + bh - 1) / bh;
-    int64_t nkb = (p->max_sk + bkv - 1) / bkv;
+    int64_t nkb = fa_sz_ceil_div(p->max_sk, bkv);
     if (c > nkb) c = nkb;
     if (c > 16) c = 16;
     return c < 1 ? 1 : (int)c;
@@ -83,48 +83,135 @@ static void pack_q_row(const fa_problem *p, const fa_cpu_kernels *K, const fa_se
     dd[r] = lv == -INFINITY ? 0.0f : D[li];
 }
 
+/* T[j][r] = 0 for the pairs outside row r's visible keys [lo[r], hi[r]) (tile at key j0). */
+static void zero_masked(float *t, int nk, int nq, int64_t ld, int64_t j0, const int64_t *lo,
+                        const int64_t *hi)
+{
+    for (int j = 0; j < nk; j++)
+        for (int r = 0; r < nq; r++)
+            if (j0 + j < lo[r] || j0 + j >= hi[r]) t[j * ld + r] = 0.0f;
+}
+
+/* C[j][0:n] += sum over the rows r that see key j0 + j of A[j][r] B[r][0:n]: gemm_rowA
+   restricted to visible pairs, for a B row holding Inf/NaN. */
+static void visible_rowA(const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
+                         int64_t ldc, int nk, int nq, int n, int64_t j0, const int64_t *lo,
+                         const int64_t *hi)
+{
+    for (int j = 0; j < nk; j++)
+        for (int r = 0; r < nq; r++) {
+            if (j0 + j < lo[r] || j0 + j >= hi[r]) continue;
+            float a = A[j * lda + r];
+            for (int x = 0; x < n; x++) C[j * ldc + x] += a * B[r * ldb + x];
+        }
+}
+
+/* The backward of a call without query rows (Sq = 0 or no query heads) but with key rows:
+   nothing reaches any key, so dk = dv = 0 and dsinks = 0. Sizes here come from dk/dv,
+   which exist in memory; the query side (hq, Sq) may be anything and sizes nothing. */
+static fa_status bwd_no_queries(fa_context *ctx, const fa_problem *p)
+{
+    const fa_cpu_kernels *K = ((const fa_cpu_state *)ctx->impl)->k;
+    int ovf = 0;
+    int64_t n = fa_sz_pad(p->dqk > p->dv ? p->dqk : p->dv, &ovf);
+    float *zero = ovf ? NULL : fa_cpu_alloc(n);
+    if (!zero)
+        return fa_set_error(ctx, FA_ERR_NO_MEMORY,
+                            "cpu backend: cannot allocate a zero row of %lld floats",
+                            (long long)(p->dqk > p->dv ? p->dqk : p->dv));
+    for (int64_t b = 0; b < p->batch; b++) {
+        fa_seq sq = fa_problem_seq(p, b);
+        for (int64_t j = 0; j < sq.sk; j++)
+            for (int64_t hk = 0; hk < p->hkv; hk++) {
+                K->cvt_out((char *)p->grad_k.data + fa_krow(p, &p->grad_k, &sq, b, j, hk) *
+                           (int64_t)fa_dtype_size(p->grad_k.dtype), p->grad_k.dtype, zero, p->dqk, 1.0f);
+                K->cvt_out((char *)p->grad_v.data + fa_krow(p, &p->grad_v, &sq, b, j, hk) *
+                           (int64_t)fa_dtype_size(p->grad_v.dtype), p->grad_v.dtype, zero, p->dv, 1.0f);
+            }
+    }
+    if (p->dsinks)
+        for (int64_t h = 0; h < p->hq; h++) p->dsinks[h] = 0.0f;
+    free(zero);
+    return FA_OK;
+}
+
 fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
 {
+    /* Nothing to write but dsinks (0: no row contributes): return before anything is
+       sized from the dims, which are unbounded when a dimension is 0. */
+    if (fa_backward_is_empty(p)) {
+        if (p->dsinks)
+            for (int64_t h = 0; h < p->hq; h++) p->dsinks[h] = 0.0f;
+        return FA_OK;
+    }
+    if (p->hq == 0 || fa_problem_q_rows(p) == 0) return bwd_no_queries(ctx, p);
+
     const fa_cpu_kernels *K = ((const fa_cpu_state *)ctx->impl)->k;
     int bq, bkv;
     fa_cpu_tiles(ctx, 1, p->dqk, p->dv, &bq, &bkv, NULL, 0);
     int C = fa_cpu_bwd_chunks(p, bkv);
     int nt = fa_cpu_threads(ctx);
     int64_t dqk = p->dqk, dv = p->dv;
-    int64_t ldq = fa_cpu_pad(bq), ldk = fa_cpu_pad(dqk), ldv = fa_cpu_pad(dv);
-    int64_t dmax = dqk > dv ? dqk : dv;
-    int64_t qrows = p->q.shape[0] * p->q.shape[1];          /* dense B*Sq, varlen total */
-    int64_t nlse = p->layout == FA_LAYOUT_VARLEN ? p->hq * p->q.shape[1]
-                                                 : p->batch * p->hq * p->q.shape[1];
-    int64_t ntask = p->batch * p->hkv * C;
     int slow = fa_cpu_slow_scores(p);
     int drop = p->dropout_p > 0.0f;
 
-    int64_t per = 2 * (int64_t)bkv * (ldk + ldv) + dqk * ldq + ldq * ldk + dv * ldq + ldq * ldv +
-                  4 * (int64_t)bkv * ldq + 2 * ldq + 2 * fa_cpu_pad(dmax) + 5 * ldq * 2;
-    per = fa_cpu_pad(per);
-    /* scratch zeroed inside the parallel region (each thread its slice, first touch
-       in parallel) instead of by one thread here */
-    float *scr = fa_cpu_alloc_raw(per * nt);
-    int64_t ndqp = C * qrows * p->hq * dqk;
-    float *dqp = fa_cpu_alloc_raw(ndqp);
-    float *D = fa_cpu_alloc(nlse);
-    float *dsp = fa_cpu_alloc(p->batch * p->hq);
+    /* Scratch sizes, overflow-checked (scratch.h). With query rows present, dq, dk and dv
+       are outputs that exist in memory, which bounds every dimension; the checks make
+       that an explicit NO_MEMORY instead of a wrapped size. */
+    int ovf = 0;
+    int64_t ldq = fa_cpu_pad(bq), ldk = fa_sz_pad(dqk, &ovf), ldv = fa_sz_pad(dv, &ovf);
+    int64_t dmax = dqk > dv ? dqk : dv;
+    int64_t dmaxp = ldk > ldv ? ldk : ldv;
+    int64_t qrows = fa_sz_mul(p->q.shape[0], p->q.shape[1], &ovf);   /* dense B*Sq, varlen total */
+    int64_t nbh = fa_sz_mul(p->batch, p->hq, &ovf);
+    int64_t nlse = p->layout == FA_LAYOUT_VARLEN ? fa_sz_mul(p->hq, p->q.shape[1], &ovf)
+                                                 : fa_sz_mul(nbh, p->q.shape[1], &ovf);
+    int64_t ntask = fa_sz_mul(fa_sz_mul(p->batch, p->hkv, &ovf), C, &ovf);
+
+    /* kc, vc, dk, dv [bkv x ld]; qt [dqk x ldq]; qc [ldq x ldk]; dot [dv x ldq];
+       doc [ldq x ldv]; s, dp, pd, t [bkv x ldq]; lse, d; row, row2; 5 int64 arrays */
+    int64_t per = fa_sz_mul(2 * (int64_t)bkv, fa_sz_add(ldk, ldv, &ovf), &ovf);
+    per = fa_sz_add(per, fa_sz_mul(dqk, ldq, &ovf), &ovf);
+    per = fa_sz_add(per, fa_sz_mul(ldq, ldk, &ovf), &ovf);
+    per = fa_sz_add(per, fa_sz_mul(dv, ldq, &ovf), &ovf);
+    per = fa_sz_add(per, fa_sz_mul(ldq, ldv, &ovf), &ovf);
+    per = fa_sz_add(per, fa_sz_mul(2, dmaxp, &ovf), &ovf);
+    per = fa_sz_add(per, 4 * (int64_t)bkv * ldq + 2 * ldq + 5 * ldq * 2, &ovf);
+    per = fa_sz_pad(per, &ovf);
+    int64_t scrsz = fa_sz_mul(per, nt, &ovf);
+    int64_t ndqp = fa_sz_mul(fa_sz_mul(C, qrows, &ovf), fa_sz_mul(p->hq, dqk, &ovf), &ovf);
     /* per-thread Q-side cache of one (b, KV head): every Q block of every head in the
        group, packed once per task instead of once per KV tile */
-    int64_t nqbmax = (p->max_sq + bq - 1) / bq;
-    int64_t qblk = dqk * ldq + ldq * ldk + dv * ldq + ldq * ldv + 2 * ldq;
-    int64_t qcper = fa_cpu_pad(nqbmax * p->group * qblk);
+    int64_t nqbmax = fa_sz_ceil_div(p->max_sq, bq);
+    int64_t qblk = fa_sz_add(fa_sz_mul(fa_sz_add(dqk, dv, &ovf), ldq, &ovf),
+                             fa_sz_mul(ldq, fa_sz_add(ldk, ldv, &ovf), &ovf), &ovf);
+    qblk = fa_sz_add(qblk, 2 * ldq, &ovf);
+    int qovf = 0;   /* the caches are optional: one that does not fit is not used */
+    int64_t qcper = fa_sz_pad(fa_sz_mul(fa_sz_mul(nqbmax, p->group, &qovf), qblk, &qovf), &qovf);
     /* shared Q-side pack (C >= 4, i.e. B*Hkv <= 8): every (b, head, Q block) packed once,
        in a parallel phase, and only read by the tasks, so the C chunks of one head no
        longer pack it C times; else the per-thread cache, packed once per task (cheaper
        at small C: it stays warm in L2; the shared pack measured ~5% slower at C = 2) */
-    int64_t nqsh = p->batch * p->hq * nqbmax;
+    int sovf = 0;
+    int64_t nqsh = fa_sz_mul(nbh, nqbmax, &sovf);
+    int64_t nqshf = fa_sz_mul(nqsh, qblk, &sovf);
+    if (ovf)
+        return fa_set_error(ctx, FA_ERR_NO_MEMORY,
+                            "cpu backend: the backward's scratch for head dims %lld/%lld "
+                            "does not fit in 64 bits", (long long)dqk, (long long)dv);
+
+    /* scratch zeroed inside the parallel region (each thread its slice, first touch
+       in parallel) instead of by one thread here */
+    float *scr = fa_cpu_alloc_raw(scrsz);
+    float *dqp = fa_cpu_alloc_raw(ndqp);
+    float *D = fa_cpu_alloc(nlse);
+    float *dsp = fa_cpu_alloc(nbh);
     float *qsh = NULL;
-    if (C >= Q_SHARED_MIN_C && nqbmax > 0 && nqsh * qblk * 4 <= Q_SHARED_MAX) qsh = fa_cpu_alloc_raw(nqsh * qblk);
+    if (!sovf && C >= Q_SHARED_MIN_C && nqbmax > 0 && nqshf <= Q_SHARED_MAX / 4)
+        qsh = fa_cpu_alloc_raw(nqshf);
     float *qcache = NULL;
     unsigned char *qflags = NULL;
-    if (!qsh && qcper * 4 <= Q_CACHE_MAX && nqbmax > 0) {
+    if (!qsh && !qovf && qcper <= Q_CACHE_MAX / 4 && nqbmax > 0) {
         qcache = fa_cpu_alloc_raw(qcper * nt);
         qflags = (unsigned char *)calloc((size_t)(nqbmax * p->group * nt), 1);
         if (!qcache || !qflags) { free(qcache); free(qflags); qcache = NULL; qflags = NULL; }
@@ -132,7 +219,10 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
     if (!scr || !dqp || !D || !dsp) {
         free(qcache); free(qflags); free(qsh);
         free(scr); free(dqp); free(D); free(dsp);
-        return fa_set_error(ctx, FA_ERR_NO_MEMORY, "fa_backward: cpu backend: cannot allocate scratch");
+        return fa_set_error(ctx, FA_ERR_NO_MEMORY,
+                            "cpu backend: cannot allocate the backward's scratch (%lld + %lld "
+                            "floats: per-thread tiles and the dQ partials)", (long long)scrsz,
+                            (long long)ndqp);
     }
 
 #pragma omp parallel num_threads(nt)
@@ -227,6 +317,19 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                               fa_krow(p, &p->v, &sq, b, j0 + j, hk) * (int64_t)fa_dtype_size(p->v.dtype),
                               dv, p->v.dtype);
                 }
+                /* Non-finite K or V in the tile: in a partly masked pair (below) a masked
+                   dS = 0 must not multiply them (0 * NaN = NaN would reach rows that cannot
+                   see the key). x * 0 is NaN exactly for Inf/NaN x. */
+                int kvbad = 0, kbad;
+                {
+                    float acc = 0.0f;
+                    for (int j = 0; j < nk; j++)
+                        for (int64_t x = 0; x < dqk; x++) acc += w.kc[j * ldk + x] * 0.0f;
+                    kbad = acc != 0.0f;
+                    for (int j = 0; j < nk; j++)
+                        for (int64_t x = 0; x < dv; x++) acc += w.vc[j * ldv + x] * 0.0f;
+                    kvbad = acc != 0.0f;
+                }
                 memset(w.dk, 0, sizeof(float) * (size_t)(nk * ldk));
                 memset(w.dv, 0, sizeof(float) * (size_t)(nk * ldv));
                 for (int64_t h = hk * p->group; h < (hk + 1) * p->group; h++) {
@@ -266,21 +369,45 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                                            dot, doc, lsev, dd);
                             if (flag) *flag = 1;
                         }
+                        /* A partly masked pair whose data holds Inf/NaN (rare): K or V of the
+                           tile, Q or dO of a row, or a row's lse or D (NaN when its own inputs
+                           reached it). Masked products are then made 0 by a select, not by
+                           exp(-inf) or a multiply by 0 (exp(-inf - NaN) and 0 * NaN are NaN),
+                           and dK, dV, dQ sum only the visible pairs of the non-finite operand,
+                           so NaN reaches exactly what the reference's visible-only loops
+                           reach (API.md item 15). */
+                        int qbad = 0, dobad = 0, lbad = 0;
+                        if (!full) {
+                            float aq = 0.0f, ad = 0.0f;
+                            for (int r = 0; r < ni; r++) {
+                                for (int64_t x = 0; x < dqk; x++) aq += qc[r * ldk + x] * 0.0f;
+                                for (int64_t x = 0; x < dv; x++) ad += doc[r * ldv + x] * 0.0f;
+                                if (isnan(lsev[r]) || isnan(dd[r])) lbad = 1;
+                            }
+                            qbad = aq != 0.0f;
+                            dobad = ad != 0.0f;
+                        }
+                        const int sel = !full && (kvbad || qbad || dobad || lbad);
                         K->gemm_rowA(nk, ni, (int)dqk, w.kc, ldk, qt, ldq, w.s, ldq, 0);
                         if (slow)
                             fa_cpu_score_pass(p, &sq, b, w.s, nk, ni, ldq, j0, w.hr, w.ir,
                                               p->softcap > 0.0f ? w.t : NULL);
                         if (!full) fa_cpu_mask_pass(w.s, nk, ni, ldq, j0, w.lo, w.hi);
                         K->exp_sub(w.s, nk, ni, ldq, slow ? 1.0f : p->scale, lsev);
+                        if (sel) zero_masked(w.s, nk, ni, ldq, j0, w.lo, w.hi);
                         K->gemm_rowA(nk, ni, (int)dv, w.vc, ldv, dot, ldq, w.dp, ldq, 0);
                         const float *pv = w.s;
                         if (drop) {
                             for (int j = 0; j < nk; j++)
                                 memcpy(w.pd + j * ldq, w.s + j * ldq, sizeof(float) * (size_t)ni);
-                            fa_cpu_dropout_pass(p, b, nk, ni, ldq, j0, w.hr, w.idrop, w.pd, w.dp);
+                            fa_cpu_dropout_pass(p, b, nk, ni, ldq, j0, w.hr, w.idrop, p->drop.keep_scale,
+                                                w.pd, w.dp);
                             pv = w.pd;
                         }
-                        K->gemm_rowA(nk, (int)dv, ni, pv, ldq, doc, ldv, w.dv, ldv, 1);
+                        if (sel && dobad)
+                            visible_rowA(pv, ldq, doc, ldv, w.dv, ldv, nk, ni, (int)dv, j0, w.lo, w.hi);
+                        else
+                            K->gemm_rowA(nk, (int)dv, ni, pv, ldq, doc, ldv, w.dv, ldv, 1);
                         K->ds(w.dp, w.s, nk, ni, ldq, dd);
                         if (p->softcap > 0.0f)
                             for (int j = 0; j < nk; j++)
@@ -288,9 +415,23 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                                     float th = w.t[j * ldq + r];
                                     w.dp[j * ldq + r] *= 1.0f - th * th;
                                 }
-                        K->gemm_rowA(nk, (int)dqk, ni, w.dp, ldq, qc, ldk, w.dk, ldk, 1);
-                        K->gemm_colA(ni, (int)dqk, nk, w.dp, ldq, w.kc, ldk,
-                                     dqc + ((qbase + i0) * p->hq + h) * dqk, p->hq * dqk, 1);
+                        if (sel) zero_masked(w.dp, nk, ni, ldq, j0, w.lo, w.hi);
+                        if (sel && qbad)
+                            visible_rowA(w.dp, ldq, qc, ldk, w.dk, ldk, nk, ni, (int)dqk, j0, w.lo, w.hi);
+                        else
+                            K->gemm_rowA(nk, (int)dqk, ni, w.dp, ldq, qc, ldk, w.dk, ldk, 1);
+                        float *dqb = dqc + ((qbase + i0) * p->hq + h) * dqk;
+                        if (sel && kbad) {
+                            for (int r = 0; r < ni; r++)
+                                for (int j = 0; j < nk; j++) {
+                                    if (j0 + j < w.lo[r] || j0 + j >= w.hi[r]) continue;
+                                    float g = w.dp[j * ldq + r];
+                                    for (int64_t x = 0; x < dqk; x++)
+                                        dqb[r * p->hq * dqk + x] += g * w.kc[j * ldk + x];
+                                }
+                        } else {
+                            K->gemm_colA(ni, (int)dqk, nk, w.dp, ldq, w.kc, ldk, dqb, p->hq * dqk, 1);
+                        }
                     }
                 }
                 for (int j = 0; j < nk; j++) {

@@ -9,7 +9,7 @@
  *       S^T = K Q^T                                  gemm_rowA
  *       score pipeline (softcap, ALiBi, bias), mask  only when the call needs them
  *       online softmax: m, l, alpha per query        softmax_fwd (vector exp)
- *       dropout on P (keep_scale), l uses undropped P
+ *       dropout on P (a 0/1 mask), l uses undropped P; keep_scale joins 1/l at the end
  *       O = alpha O + P V                             gemm_colA
  *     out = O / l, lse = m + log l                    (split: partials merged as fa_combine)
  *
@@ -36,9 +36,27 @@ static int64_t heads_per_block(const fa_problem *p, int64_t sq, int bq)
     return g < 1 ? 1 : g;
 }
 
+/* Q blocks of one sequence of sq rows: ceil(H / g) head groups x ceil(sq / Br). */
+static int64_t seq_blocks(const fa_problem *p, int64_t sq, int bq)
+{
+    if (sq <= 0 || p->hq <= 0) return 0;
+    int64_t g = heads_per_block(p, sq, bq);
+    return ((p->hq + g - 1) / g) * ((sq + bq - 1) / bq);
+}
+
+/* The Q blocks of the call; out (when not NULL) receives them. Counting alone is O(1)
+   for the dense and KV-cache layouts (every sequence has Sq rows) and O(batch) for varlen,
+   so fa_query answers at once for any shape; the fill walks the blocks, which exist only
+   when out holds that many rows. Fits int64: at most B * H * Sq blocks. */
 static int64_t count_blocks(const fa_problem *p, int bq, fwd_block *out)
 {
     int64_t n = 0;
+    if (!out) {
+        if (p->batch <= 0) return 0;
+        if (p->layout != FA_LAYOUT_VARLEN) return p->batch * seq_blocks(p, p->q.shape[1], bq);
+        for (int64_t b = 0; b < p->batch; b++) n += seq_blocks(p, p->cu_q[b + 1] - p->cu_q[b], bq);
+        return n;
+    }
     for (int64_t b = 0; b < p->batch; b++) {
         fa_seq s = fa_problem_seq(p, b);
         if (s.sq <= 0) continue;
@@ -249,7 +267,7 @@ static void fwd_task(const fa_context *ctx, const fa_problem *p, const fwd_block
         if (!full) fa_cpu_mask_pass(w->s, nk, nr, ldq, j0, w->lo, w->hi);
         K->softmax_fwd(w->s, nk, nr, ldq, sc, m, l, w->alpha);
         if (p->dropout_p > 0.0f)
-            fa_cpu_dropout_pass(p, f->b, nk, nr, ldq, j0, w->hr, w->idrop, w->s, NULL);
+            fa_cpu_dropout_pass(p, f->b, nk, nr, ldq, j0, w->hr, w->idrop, 1.0f, w->s, NULL);
         if (X) X->scale_cols(w->ot, ldq, (int)dv, nr, w->alpha);
         for (int r = 0; r < nr && !X; r++) {
             float a = w->alpha[r];
@@ -304,7 +322,11 @@ static void fwd_task(const fa_context *ctx, const fa_problem *p, const fwd_block
     if (X) X->tr32((uint32_t *)o, ldv, (const uint32_t *)w->ot, ldq, (int)dv, nr);
 }
 
-/* Write row r of a finished block: out = o / l, lse = m + log l. */
+/* Write row r of a finished block: out = o / l, lse = m + log l. With dropout, o holds
+   sum_j keep_j P_j V_j (the dropout pass is a 0/1 mask) and the keep scale 1/(1-p) is
+   applied here, as flash-attention does: multiplying it into P before the bf16 rounding
+   of the P V product would round keep_scale * 1 (the row maximum's P) to bf16 in every
+   row, a bias of up to 2^-9 relative on the dominant term (KNOWN_FAILURES #11). */
 static void fwd_store_row(const fa_context *ctx, const fa_problem *p, const fa_seq *sq,
                           int64_t b, int64_t h, int64_t i, const float *orow, float m,
                           float l, float *zero)
@@ -316,7 +338,8 @@ static void fwd_store_row(const fa_context *ctx, const fa_problem *p, const fa_s
         K->cvt_out(dst, p->out.dtype, zero, p->dv, 1.0f);
         lse = -INFINITY;
     } else {
-        K->cvt_out(dst, p->out.dtype, orow, p->dv, 1.0f / l);
+        float ks = p->dropout_p > 0.0f ? p->drop.keep_scale : 1.0f;
+        K->cvt_out(dst, p->out.dtype, orow, p->dv, ks / l);
         lse = m + logf(l);
     }
     if (p->lse) p->lse[fa_lse_index(p, sq, b, h, i)] = lse;
@@ -324,48 +347,80 @@ static void fwd_store_row(const fa_context *ctx, const fa_problem *p, const fa_s
 
 fa_status fa_cpu_forward(fa_context *ctx, const fa_problem *p)
 {
+    /* No row of out or lse: nothing to write. Return before anything is sized from the
+       head dims or lengths, which are unbounded when a dimension is 0. */
+    if (fa_forward_is_empty(p)) return FA_OK;
     int bq, bkv;
     fa_cpu_tiles(ctx, 0, p->dqk, p->dv, &bq, &bkv, NULL, 0);
     int64_t nb = count_blocks(p, bq, NULL);
     if (nb == 0) return FA_OK;
     int nsplit = fa_cpu_fwd_splits(p, bq, bkv, NULL, NULL);
     int nt = fa_cpu_threads(ctx);
-    int64_t ntask = nb * nsplit;
+    int64_t ntask = nb * nsplit;   /* nb <= B*H*Sq / 16, nsplit <= 16 */
     if (ntask < nt) nt = (int)ntask;
-    int64_t ldq = fa_cpu_pad(bq), ldk = fa_cpu_pad(p->dqk), ldv = fa_cpu_pad(p->dv);
-    int64_t dmax = p->dqk > p->dv ? p->dqk : p->dv;
 
-    fwd_block *blocks = (fwd_block *)malloc(sizeof(fwd_block) * (size_t)nb);
-    /* AMX packing temp (words): Q rows [ldq][ldka/2] or V pairs [round_up(bkv,32)/2][ldv] */
-    int64_t tmpsz = ldq * (fa_cpu_pad(p->dqk) + 16) / 2 + ((int64_t)bkv / 2 + 16) * ldv;
-    int64_t per = (p->dqk + 16) * ldq + (int64_t)bkv * ldq + (int64_t)bkv * (ldk + ldv) + ldq * ldv +
-                  3 * ldq + fa_cpu_pad(dmax) + 5 * ldq * 2 + ((int64_t)bkv / 2 + 16) * ldq /* int64 arrays as 2 floats; P pairs */
-                  + ldq * ldv /* O^T (AMX) */ + tmpsz + 2 * (ldq > bkv ? ldq : bkv); /* AMX tmp, row pointers */
-    per = fa_cpu_pad(per);
+    /* Scratch sizes, overflow-checked (scratch.h): the tiles are bounded, the head dims and
+       the longest key sequence are not (a stride-0 k/v, varlen's max_seqlen_k bound). */
+    int ovf = 0;
+    int64_t ldq = fa_cpu_pad(bq);
+    int64_t ldk = fa_sz_pad(p->dqk, &ovf), ldv = fa_sz_pad(p->dv, &ovf);
+    int64_t dmax = p->dqk > p->dv ? p->dqk : p->dv, dmaxp = ldk > ldv ? ldk : ldv;
+    int64_t bmax = ldq > bkv ? ldq : bkv;
+    /* AMX packing temp (words): Q rows [ldq][ldka/2] or V pairs [round_up(bkv,32)/2][ldv]
+       (ldq is a multiple of FA_CPU_PAD, so ldq/2 * x = ldq * x / 2) */
+    int64_t tmpsz = fa_sz_add(fa_sz_mul(ldq / 2, fa_sz_add(ldk, 16, &ovf), &ovf),
+                              fa_sz_mul((int64_t)bkv / 2 + 16, ldv, &ovf), &ovf);
+    /* qt [(dqk+16) x ldq], s, kc, vc, o, m/l/alpha, row, 5 int64 arrays of ldq (2 floats
+       each), P pairs, O^T (AMX), AMX tmp, row pointers */
+    int64_t small = (int64_t)bkv * ldq + 3 * ldq + 5 * ldq * 2 + ((int64_t)bkv / 2 + 16) * ldq +
+                    2 * bmax;
+    int64_t per = fa_sz_mul(fa_sz_add(p->dqk, 16, &ovf), ldq, &ovf);
+    per = fa_sz_add(per, fa_sz_mul(bkv, fa_sz_add(ldk, ldv, &ovf), &ovf), &ovf);
+    per = fa_sz_add(per, fa_sz_mul(2 * ldq, ldv, &ovf), &ovf);
+    per = fa_sz_add(per, dmaxp, &ovf);
+    per = fa_sz_add(per, tmpsz, &ovf);
+    per = fa_sz_pad(fa_sz_add(per, small, &ovf), &ovf);
+    int64_t scrsz = fa_sz_mul(per, nt, &ovf);
+    int64_t partsz = fa_sz_add(fa_sz_mul(ldq, ldv, &ovf), 2 * ldq, &ovf);
+    int64_t partall = nsplit > 1 ? fa_sz_mul(partsz, ntask, &ovf) : 0;
+    int64_t blkbytes = fa_sz_mul(nb, (int64_t)sizeof(fwd_block), &ovf);
+    if (ovf)
+        return fa_set_error(ctx, FA_ERR_NO_MEMORY,
+                            "cpu backend: the forward's scratch for head dims %lld/%lld "
+                            "(%lld Q blocks) does not fit in 64 bits", (long long)p->dqk,
+                            (long long)p->dv, (long long)nb);
+
+    fwd_block *blocks = (fwd_block *)malloc((size_t)blkbytes);
     /* per-thread scratch and K/V caches are zeroed by their thread inside the parallel
        region (parallel first touch; one thread zeroing nt slices cost ~20 MB of serial
        memset per call at 16 threads) */
-    float *scr = fa_cpu_alloc_raw(per * nt);
-    int64_t nkbmax = (p->max_sk + bkv - 1) / bkv;
-    int64_t kvrows = nkbmax * bkv, kvper = kvrows * (ldk + ldv);
+    float *scr = fa_cpu_alloc_raw(scrsz);
+    /* The optional per-thread K/V cache (whole sequences of one KV head): only when its
+       size fits int64 and KV_CACHE_MAX; else the per-tile path. */
+    int kovf = 0;
+    int64_t nkbmax = fa_sz_ceil_div(p->max_sk, bkv);
+    int64_t kvrows = fa_sz_mul(nkbmax, bkv, &kovf);
+    int64_t kvper = fa_sz_mul(kvrows, fa_sz_add(ldk, ldv, &kovf), &kovf);
     float *kvall = NULL;
     unsigned char *packed = NULL;
-    if (kvper * 4 <= KV_CACHE_MAX && nkbmax > 0) {
+    if (!kovf && kvper <= KV_CACHE_MAX / 4 && nkbmax > 0) {
         kvall = fa_cpu_alloc_raw(kvper * nt);
         packed = (unsigned char *)calloc((size_t)(nkbmax * nt), 1);
         if (!kvall || !packed) { free(kvall); free(packed); kvall = NULL; packed = NULL; }
     }
-    float *parts = NULL, *zero = fa_cpu_alloc(fa_cpu_pad(p->dv));
-    int64_t partsz = ldq * ldv + 2 * ldq;
-    if (nsplit > 1) parts = fa_cpu_alloc(partsz * ntask);
+    float *parts = NULL, *zero = fa_cpu_alloc(ldv);
+    if (nsplit > 1) parts = fa_cpu_alloc(partall);
     if (!blocks || !scr || !zero || (nsplit > 1 && !parts)) {
-        free(blocks); free(scr); free(parts); free(zero);
-        return fa_set_error(ctx, FA_ERR_NO_MEMORY, "fa_forward: cpu backend: cannot allocate scratch");
+        free(blocks); free(scr); free(parts); free(zero); free(kvall); free(packed);
+        return fa_set_error(ctx, FA_ERR_NO_MEMORY,
+                            "cpu backend: cannot allocate the forward's scratch (%lld floats "
+                            "for %d threads, head dims %lld/%lld)", (long long)scrsz, nt,
+                            (long long)p->dqk, (long long)p->dv);
     }
     count_blocks(p, bq, blocks);
-    int64_t per_head = ((p->max_sq + bq - 1) / bq) * nsplit;
+    int64_t per_head = fa_sz_ceil_div(p->max_sq, bq);   /* Q blocks of one head */
     int64_t chunk = ntask / (4 * (int64_t)nt);
-    if (chunk > per_head) chunk = per_head;
+    if (chunk / nsplit >= per_head) chunk = per_head * nsplit;   /* no overflow */
     if (chunk < 1) chunk = 1;
 
 #pragma omp parallel num_threads(nt)

@@ -45,6 +45,33 @@ static inline float *fa_cpu_alloc_raw(int64_t nfloats)
     return (float *)ptr;
 }
 
+/* Scratch sizes (elements) from the call's dimensions, which validation bounds only by
+   the tensors' element counts (an input may be a stride-0 view of a few bytes): products
+   and sums of non-negative sizes that set *ovf instead of wrapping when the result does
+   not fit int64. A set *ovf means the scratch cannot exist: FA_ERR_NO_MEMORY. */
+static inline int64_t fa_sz_mul(int64_t a, int64_t b, int *ovf)
+{
+    int64_t r;
+    if (__builtin_mul_overflow(a, b, &r)) { *ovf = 1; return 0; }
+    return r;
+}
+static inline int64_t fa_sz_add(int64_t a, int64_t b, int *ovf)
+{
+    int64_t r;
+    if (__builtin_add_overflow(a, b, &r)) { *ovf = 1; return 0; }
+    return r;
+}
+static inline int64_t fa_sz_pad(int64_t n, int *ovf)
+{
+    if (n > INT64_MAX - FA_CPU_PAD) { *ovf = 1; return 0; }
+    return fa_cpu_pad(n);
+}
+/* ceil(n / d) for n >= 0, d > 0, without forming n + d - 1. */
+static inline int64_t fa_sz_ceil_div(int64_t n, int64_t d)
+{
+    return n / d + (n % d != 0);
+}
+
 /* Does the call need the per-element score pipeline (the "slow" pre-pass)? */
 static inline int fa_cpu_slow_scores(const fa_problem *p)
 {
@@ -111,14 +138,16 @@ static inline void fa_cpu_mask_pass(float *s, int nk, int nq, int64_t ld, int64_
     }
 }
 
-/* Dropout keep factors of an S^T tile: f[j][r] = keep ? keep_scale : 0 multiplied into
-   each of the ndst tiles (same layout). */
+/* Dropout keep factors of an S^T tile: f[j][r] = keep ? kept : 0 multiplied into d0 and
+   (when not NULL) d1, same layout. The backward passes kept = keep_scale; the forward
+   passes 1 (a mask) and applies keep_scale with 1/l to the finished row (forward.c). */
 static inline void fa_cpu_dropout_pass(const fa_problem *p, int64_t b, int nk, int nq,
                                        int64_t ld, int64_t j0, const int64_t *hr,
-                                       const int64_t *ir_drop, float *d0, float *d1)
+                                       const int64_t *ir_drop, float kept, float *d0,
+                                       float *d1)
 {
     const fa_dropout_key *key = &p->drop;
-    float ks = key->keep_scale;
+    float ks = kept;
     for (int r = 0; r < nq; r++) {
         int64_t jj = j0 & ~(int64_t)3;
         uint32_t w[4];

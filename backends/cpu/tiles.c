@@ -37,7 +37,11 @@ void fa_cpu_tiles(const fa_context *ctx, int backward, int64_t dqk, int64_t dv,
     int64_t l1 = ctx->topo.l1d > 0 ? ctx->topo.l1d : 32768;
     int64_t l2 = ctx->topo.l2 > 0 ? ctx->topo.l2 : 1048576;
     int nr = st->k->nr > 1 ? st->k->nr : 32;
-    int64_t d = dqk + dv;
+    /* Head dims are only bounded by the tensors' element counts (anything when a
+       dimension is 0, e.g. fa_query on an empty call): clamp each before the formula
+       so that it stays in int64. Past 2^20 the formula gives the minimum Br anyway. */
+    const int64_t dmax = (int64_t)1 << 20;
+    int64_t d = (dqk < dmax ? dqk : dmax) + (dv < dmax ? dv : dmax);
     int bc = clamp16(l1 * 3 / 4 / (4 * (nr + 16)), 32, 512);
     int64_t budget = l2 / 8;   /* floats in half of L2 */
     int64_t mult = backward ? 2 : 1;

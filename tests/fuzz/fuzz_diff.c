@@ -19,6 +19,7 @@
  * Byte layout (missing bytes read as 0, so every input decodes; see decode()).
  */
 #include <check.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,14 +149,12 @@ static void decode(reader *r, tu_case *c)
     g_threads = 1 + (int)(u8(r) & 1);
 }
 
-/* Known failures (tests/KNOWN_FAILURES.md, each with a deterministic test under make
-   check) are skipped so that the fuzzer keeps looking for new ones; FUZZ_NO_SKIP=1 runs
-   them too. Remove an entry when its bug is fixed. */
+/* Known failures (tests/KNOWN_FAILURES.md, each with a deterministic test or note) are
+   skipped so that the fuzzer keeps looking for new ones; FUZZ_NO_SKIP=1 runs them too.
+   Remove an entry when its bug is fixed. None is recognized by shape at present. */
 static const char *known_failure(const tu_case *c)
 {
-    if (c->H == 0 && c->Hkv > 0) return "KNOWN_FAILURES.md #1 (H = 0 with Hkv > 0)";
-    if (c->nan_mode != TN_NONE && c->backward) return "KNOWN_FAILURES.md #10 (NaN, backward)";
-    if (c->dropout_p > 0.0f && c->dt != FA_F32) return "KNOWN_FAILURES.md #11 (dropout, half inputs)";
+    (void)c;
     return NULL;
 }
 static int g_no_skip;
@@ -163,19 +162,33 @@ static int g_no_skip;
 /* Known failures recognized by their message (the check ran and failed in a known way). */
 static const char *known_failure_msg(const tu_case *c, const char *msg)
 {
-    /* KNOWN_FAILURES.md #5: the dsinks bound is 3 x one sample of the naive's noise */
-    (void)c;
-    if (strstr(msg, ": dsinks: max|ours-oracle|"))
-        return "KNOWN_FAILURES.md #5 (dsinks tolerance)";
-    /* KNOWN_FAILURES.md #12: the naive is exact (error 0), the bound degenerates to 1 ulp */
-    if (strstr(msg, "max|naive-oracle|=0.000e+00 + floor"))
-        return "KNOWN_FAILURES.md #12 (exact-zero gradient floor)";
+    /* KNOWN_FAILURES.md #13: half-precision inputs with an F32 out: an out error within one
+       rounding of the inputs' dtype at max|out| (eps/2 relative), against a naive model
+       whose few rounding samples happened to be smaller. Only that: larger errors, other
+       quantities and other dtype pairs are reported. */
+    const char *o = strstr(msg, ": out: max|ours-oracle|=");
+    double err, bound, nerr, mag;
+    if (o && c->dt != FA_F32 && c->odt == FA_F32 &&
+        sscanf(o, ": out: max|ours-oracle|=%lf > bound %lf (2x max|naive-oracle|=%lf + floor, "
+               "max|oracle|=%lf)", &err, &bound, &nerr, &mag) == 4 &&
+        err <= mag * tu_eps(c->dt) / 2)
+        return "KNOWN_FAILURES.md #13 (out F32 of half inputs, within one input rounding)";
     return NULL;
 }
 
+/* libFuzzer's SIGALRM handler (its -timeout watchdog, which fires every timeout/2 s).
+   Check's srunner installs its own SIGALRM handler for the whole run, and in no-fork mode
+   that handler calls killpg(0, SIGKILL): the first libFuzzer alarm during a case killed
+   the fuzzer and everything in its process group, silently (the "SIGKILL at ~15 s" of
+   earlier runs). The case runs with libFuzzer's handler back in place. */
+static struct sigaction g_fuzzer_alarm;
+
 START_TEST(test_fuzz_case)
 {
+    struct sigaction check_alarm;
+    sigaction(SIGALRM, &g_fuzzer_alarm, &check_alarm);
     tu_run(&g_case);
+    sigaction(SIGALRM, &check_alarm, NULL);
 }
 END_TEST
 
@@ -200,6 +213,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
+    sigaction(SIGALRM, NULL, &g_fuzzer_alarm);
     srunner_run_all(sr, CK_SILENT);
     if (srunner_ntests_failed(sr) != 0 && !g_no_skip) {
         TestResult **res = srunner_failures(sr);
