@@ -184,6 +184,53 @@ void or_backward(const or_seq *s, const double *q, const double *k, const double
     free(p); free(dc); free(dp);
 }
 
+/* Magnitude of the terms of dq and dk (double; only used to size the tolerance). dS_ij =
+   P_ij (dP_ij - D_i) dcap_ij scale subtracts D_i = sum_c dout_ic out_ic from dP_ij =
+   m_ij sum_c dout_ic v_jc; both are dv-term dot products that every implementation
+   accumulates in fp32, so their difference carries fp32 roundoff of the size of their
+   terms, a_ij = |m_ij| sum_c |dout_ic v_jc| + sum_c |dout_ic out_ic|, even where the
+   difference itself vanishes (a row whose softmax is one key). Fills
+   tq[i][h][c] += sum_j P_ij |dcap_ij scale| a_ij |k_jc| and
+   tk[j][hkv][c] += sum_i P_ij |dcap_ij scale| a_ij |q_ic|; rows whose probabilities are
+   not finite (NaN inputs) add nothing. out: [sq][hq][dv], the oracle's. */
+void or_backward_terms(const or_seq *s, const double *q, const double *k, const double *v,
+                       const double *out, const double *dout, double *tq, double *tk)
+{
+    int64_t n = s->sk > 0 ? s->sk : 1;
+    double *p = malloc(sizeof(double) * (size_t)n);
+    double *dc = malloc(sizeof(double) * (size_t)n);
+    int64_t group = s->hkv > 0 ? s->hq / s->hkv : 1;
+    for (int64_t h = 0; h < s->hq; h++) {
+        int64_t hk = h / group;
+        for (int64_t i = 0; i < s->sq; i++) {
+            double psink;
+            double l = or_row_probs(s, q, k, h, i, p, dc, &psink);
+            if (!isfinite(l)) continue;
+            const double *doi = dout + (i * s->hq + h) * s->dv;
+            const double *oi = out + (i * s->hq + h) * s->dv;
+            const double *qi = q + (i * s->hq + h) * s->dqk;
+            double *tqi = tq + (i * s->hq + h) * s->dqk;
+            double d1 = 0.0;
+            for (int64_t c = 0; c < s->dv; c++) d1 += fabs(doi[c] * oi[c]);
+            for (int64_t j = 0; j < s->sk; j++) {
+                if (!or_visible(s, i, j)) continue;
+                const double *vj = v + (j * s->hkv + hk) * s->dv;
+                double a = 0.0;
+                for (int64_t c = 0; c < s->dv; c++) a += fabs(doi[c] * vj[c]);
+                double t = p[j] * fabs(dc[j] * s->scale) * (fabs(or_dropout_mult(s, h, i, j)) * a + d1);
+                if (!isfinite(t)) continue;
+                const double *kj = k + (j * s->hkv + hk) * s->dqk;
+                double *tkj = tk + (j * s->hkv + hk) * s->dqk;
+                for (int64_t c = 0; c < s->dqk; c++) {
+                    if (isfinite(kj[c])) tqi[c] += t * fabs(kj[c]);
+                    if (isfinite(qi[c])) tkj[c] += t * fabs(qi[c]);
+                }
+            }
+        }
+    }
+    free(p); free(dc);
+}
+
 /* ------------------------------------------------------------------------------------ */
 /* Same-precision naive                                                                 */
 /* ------------------------------------------------------------------------------------ */

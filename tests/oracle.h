@@ -50,6 +50,11 @@ void or_forward(const or_seq *s, const double *q, const double *k, const double 
 void or_backward(const or_seq *s, const double *q, const double *k, const double *v,
                  const double *dout, double *dq, double *dk, double *dv, double *dsinks);
 
+/* Magnitude of the terms that cancel in dq and dk (see oracle.c): tq like dq, tk like dk,
+   ACCUMULATED (the caller zeroes them). out: the oracle's [sq][hq][dv]. */
+void or_backward_terms(const or_seq *s, const double *q, const double *k, const double *v,
+                       const double *out, const double *dout, double *tq, double *tk);
+
 /* Same-precision naive. dt: storage dtype of q/k/v; odt: dtype of out (and dq, dk, dv).
    Inputs are the stored values (already representable in dt). */
 void or_forward_sp(const or_seq *s, fa_dtype dt, fa_dtype odt, const double *q,

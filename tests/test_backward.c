@@ -117,7 +117,8 @@ END_TEST
    included: #5 (dsinks against 3 x one sample of the naive's noise: bf16, bf16 inputs with
    F32 out, fp32), #12 (a gradient that is exactly 0, or that the naive gets exact, held to
    one ulp) and #14 (a NaN key or query row reaching, through 0 * NaN, the gradients of rows
-   or keys that cannot see it). Cases 0 and 3-6 each fail without their fix (5 is the
+   or keys that cannot see it), #16 (dq and dk held to the fp32 noise of the terms of
+   dP - D, not of a vanishing result). Cases 0, 3-6 and 9 each fail without their fix (5 is the
    recorded input, 6 its query-side twin). Cases 1 and 2 are rebuilt from #5's description
    (their bytes were not kept) and passed either way: they stay as coverage of varlen +
    sinks in bf16 -> F32 and in fp32. */
@@ -195,6 +196,19 @@ static int regression_case(int i, tu_case *c)
         c->bias = TB_FULL; c->bias_dt = FA_F32;
         c->dropout_p = 0.916667f; c->dseed = 46662; c->doffset = 241; c->tile_q = 8; c->threads = 1;
         return 1;
+    case 9: { /* #16, fuzz_diff input 5PDw8PDw... (kf16-term-floor): logits up to ~1e4, so
+                 every finite row's softmax is one key and dq ~ 1e-20, while the cpu's dq
+                 carries the fp32 roundoff of dP - D (~2.8e-5); the NaN query row 10 makes
+                 every dk and dv NaN, so nothing larger sets gref */
+        static const int64_t lq[1] = { 20 }, lk[1] = { 20 };
+        c->tag = "KF16-term-floor"; c->seed = 61680; c->varlen = 1;
+        c->B = 1; c->lq = lq; c->lk = lk; c->H = c->Hkv = 1; c->dqk = 17; c->dv = 59;
+        c->dt = c->odt = FA_F32; c->wl = 5; c->wr = 5; c->scale = 1.0f; c->sinks = 1;
+        c->bias_dt = FA_F16; c->dseed = 61566; c->doffset = 240; c->amp = 30.0;
+        c->deterministic = 1; c->nan_mode = TN_Q_ROW; c->tile_q = 1; c->tile_kv = 1;
+        c->threads = 1;
+        return 1;
+    }
     case 6:   /* the same for a NaN query row that sees some keys of a tile but not all:
                  dk of the keys it cannot see must stay finite */
         c->tag = "KF14-nan-query-row"; c->seed = 2714;

@@ -286,6 +286,13 @@ int tu_tol_floor(const double *ours, const double *orc, const double *naive, int
                  fa_dtype in_dt, fa_dtype odt, double factor, double ref_mag,
                  double floor_ulps, tu_cmp *r)
 {
+    return tu_tol_terms(ours, orc, naive, n, in_dt, odt, factor, ref_mag, floor_ulps, 0.0, r);
+}
+
+int tu_tol_terms(const double *ours, const double *orc, const double *naive, int64_t n,
+                 fa_dtype in_dt, fa_dtype odt, double factor, double ref_mag,
+                 double floor_ulps, double term_floor, tu_cmp *r)
+{
     r->err = r->nerr = r->mag = 0.0;
     r->worst = -1;
     r->ours_w = r->orc_w = 0.0;
@@ -308,7 +315,7 @@ int tu_tol_floor(const double *ours, const double *orc, const double *naive, int
         if (ok && e > r->err) { r->err = e; r->worst = x; r->ours_w = ours[x]; r->orc_w = orc[x]; }
     }
     double fm = r->mag > ref_mag ? r->mag : ref_mag;
-    r->bound = factor * r->nerr + floor_ulps * fm * tu_eps(odt);
+    r->bound = factor * r->nerr + floor_ulps * fm * tu_eps(odt) + term_floor;
     if (in_dt == FA_F32) {
         double rel = 1e-5 * fm;
         if (rel < r->bound) r->bound = rel;
@@ -435,7 +442,8 @@ static fa_dtype coarser(fa_dtype a, fa_dtype b)
    naive one included, can meet at |s| ~ 1e4) is not applied. */
 static void compare(const tu_case *c, const char *be, const char *name, const double *ours,
                     const double *orc, const double *naive, int64_t n, fa_dtype odt,
-                    double factor, double ref_mag, double floor_ulps, double smax)
+                    double factor, double ref_mag, double floor_ulps, double term_floor,
+                    double smax)
 {
     tu_cmp r;
     fa_dtype in_dt = c->dt;
@@ -445,11 +453,12 @@ static void compare(const tu_case *c, const char *be, const char *name, const do
         ref_mag *= smax * tu_eps(c->dt) / tu_eps(odt);
         in_dt = FA_F16;
     }
-    if (!tu_tol_floor(ours, orc, naive, n, in_dt, odt, factor, ref_mag, floor_ulps, &r))
+    if (!tu_tol_terms(ours, orc, naive, n, in_dt, odt, factor, ref_mag, floor_ulps,
+                      term_floor, &r))
         FAILF("%s: %s: max|ours-oracle|=%.3e > bound %.3e (%.0fx max|naive-oracle|=%.3e + "
-              "floor, max|oracle|=%.3e); worst element %lld: ours=%.9g oracle=%.9g",
-              be, name, r.err, r.bound, factor, r.nerr, r.mag, (long long)r.worst,
-              r.ours_w, r.orc_w);
+              "floor, max|oracle|=%.3e, term floor %.3e); worst element %lld: ours=%.9g "
+              "oracle=%.9g", be, name, r.err, r.bound, factor, r.nerr, r.mag, term_floor,
+              (long long)r.worst, r.ours_w, r.orc_w);
 }
 
 void tu_run(const tu_case *c)
@@ -529,6 +538,7 @@ void tu_run(const tu_case *c)
     double *o_dk = dcalloc(nk_log * Hkv * dqk), *n_dk = dcalloc(nk_log * Hkv * dqk);
     double *o_dv = dcalloc(nk_log * Hkv * dv), *n_dv = dcalloc(nk_log * Hkv * dv);
     double *o_ds = dcalloc(H), *n_ds = dcalloc(H);
+    double *t_q = dcalloc(nq_log * H * dqk), *t_k = dcalloc(nk_log * Hkv * dqk);
     unsigned char *row_masked = calloc((size_t)(nq_log > 0 ? nq_log : 1), 1);
     unsigned char *key_unseen = calloc((size_t)(nk_log > 0 ? nk_log : 1), 1);
     double scale = c->scale != 0.0f ? (double)c->scale : 1.0 / sqrt((double)dqk);
@@ -588,6 +598,10 @@ void tu_run(const tu_case *c)
             or_backward_sp(&s, c->dt, c->odt, bq, bk, bv, to_sp, bdo, gq, gk, gv, n_ds);
             put_rows(n_dq, gq, r0, sq[b], H, dqk); put_rows(n_dk, gk, kr0, sk[b], Hkv, dqk);
             put_rows(n_dv, gv, kr0, sk[b], Hkv, dv);
+            memset(gq, 0, sizeof(double) * (size_t)(sq[b] * H * dqk));
+            memset(gk, 0, sizeof(double) * (size_t)(sk[b] * Hkv * dqk));
+            or_backward_terms(&s, bq, bk, bv, o_out + r0 * H * dv, bdo, gq, gk);
+            put_rows(t_q, gq, r0, sq[b], H, dqk); put_rows(t_k, gk, kr0, sk[b], Hkv, dqk);
             free(gq); free(gk); free(gv);
         }
         free(bq); free(bk); free(bv); free(bdo); free(bb); free(to); free(tl); free(to_sp);
@@ -672,7 +686,7 @@ void tu_run(const tu_case *c)
            F32 out of bf16 inputs) was tried for KNOWN_FAILURES #11 and rejected: one bf16
            rounding at max|out| is larger than the systematic 0.3 % error #11 was, which
            the rule then no longer caught. #13 records what that leaves open. */
-        compare(c, be, "out", g_out, o_out, n_out, nq_log * H * dv, c->odt, 2.0, 0.0, 1.0,
+        compare(c, be, "out", g_out, o_out, n_out, nq_log * H * dv, c->odt, 2.0, 0.0, 1.0, 0.0,
                 smax);
         double *g_lse = dcalloc(lse_n);
         if (!c->no_lse) {
@@ -680,7 +694,7 @@ void tu_run(const tu_case *c)
             if (c->varlen)  /* rows past the total are not compared (checked untouched) */
                 for (int64_t h = 0; h < H; h++)
                     for (int64_t i = Tq; i < rows_q; i++) g_lse[h * rows_q + i] = o_lse[h * rows_q + i];
-            compare(c, be, "lse", g_lse, o_lse, n_lse, lse_n, FA_F32, 2.0, 0.0, 1.0, smax);
+            compare(c, be, "lse", g_lse, o_lse, n_lse, lse_n, FA_F32, 2.0, 0.0, 1.0, 0.0, smax);
         }
         /* fully masked rows: exact zeros and exactly -inf / the sink */
         for (int64_t r = 0; r < nq_log; r++) {
@@ -746,9 +760,24 @@ void tu_run(const tu_case *c)
                |scale|) fp32 ulps at gref (KNOWN_FAILURES #12). */
             double gfl = 1.0 + (2.0 + sqrt((double)dv)) * (fabs(scale) > 1.0 ? fabs(scale) : 1.0) *
                                tu_eps(FA_F32) / tu_eps(c->odt);
-            compare(c, be, "dq", g_dq, o_dq, n_dq, nq_log * H * dqk, c->odt, 3.0, gref, gfl, smax);
-            compare(c, be, "dk", g_dk, o_dk, n_dk, nk_log * Hkv * dqk, c->odt, 3.0, gref, gfl, smax);
-            compare(c, be, "dv", g_dv, o_dv, n_dv, nk_log * Hkv * dv, c->odt, 3.0, gref, gfl, smax);
+            /* dq and dk also carry the fp32 roundoff of the dP - D terms they are made of,
+               at the magnitude of those terms, not of the result: t_dq = max over elements of
+               sum_j P_ij |dcap_ij scale| (|m_ij| sum_c |dout_ic v_jc| + sum_c |dout_ic
+               out_ic|) |k_jc| (t_dk alike with q; or_backward_terms). Where dP - D
+               vanishes in exact arithmetic (a row whose softmax is one key, large logits)
+               gref is the size of what is left of other rows, and no fp32 implementation
+               gets below the terms' noise (KNOWN_FAILURES #16). The floor there is what
+               TESTING.md makes every floor, one fp32 rounding at that magnitude (t sums
+               the terms of both dot products, so it already grows with d_v and with the
+               number of keys). It is part of the floor, so the fp32 1e-5 relative rule
+               still caps the bound (lifted only for large logits, compare()). */
+            const double t_dq = max_abs(t_q, nq_log * H * dqk), t_dk = max_abs(t_k, nk_log * Hkv * dqk);
+            const double tfl = tu_eps(FA_F32);
+            compare(c, be, "dq", g_dq, o_dq, n_dq, nq_log * H * dqk, c->odt, 3.0, gref, gfl, tfl * t_dq,
+                    smax);
+            compare(c, be, "dk", g_dk, o_dk, n_dk, nk_log * Hkv * dqk, c->odt, 3.0, gref, gfl, tfl * t_dk,
+                    smax);
+            compare(c, be, "dv", g_dv, o_dv, n_dv, nk_log * Hkv * dv, c->odt, 3.0, gref, gfl, 0.0, smax);
             if (sinks) {
                 double g_ds[512];
                 ck_assert(H <= 512);
@@ -758,7 +787,7 @@ void tu_run(const tu_case *c)
                    c->dt. Its noise scales with the terms, not with |dsinks|: the reference
                    magnitude is ds_rss (above), and the floor is one rounding at that
                    magnitude in the data's precision (KNOWN_FAILURES #5). */
-                compare(c, be, "dsinks", g_ds, o_ds, n_ds, H, ds_dt, 3.0, ds_rss, 1.0, smax);
+                compare(c, be, "dsinks", g_ds, o_ds, n_ds, H, ds_dt, 3.0, ds_rss, 1.0, 0.0, smax);
             }
             for (int64_t r = 0; r < nq_log; r++) {
                 if (!row_masked[r]) continue;
@@ -787,7 +816,7 @@ void tu_run(const tu_case *c)
     tu_buf_free(out); tu_buf_free(lse); tu_buf_free(dq); tu_buf_free(dk); tu_buf_free(dvb);
     tu_buf_free(dsk);
     free(o_out); free(n_out); free(o_lse); free(n_lse); free(o_dq); free(n_dq); free(o_dk);
-    free(n_dk); free(o_dv); free(n_dv); free(o_ds); free(n_ds); free(row_masked);
+    free(n_dk); free(o_dv); free(n_dv); free(t_q); free(t_k); free(o_ds); free(n_ds); free(row_masked);
     free(key_unseen); free(slopes); free(sinks); free(slopes_d); free(sinks_d);
     free(q0); free(k0); free(sq); free(sk); free(cuq); free(cuk);
 }

@@ -92,6 +92,12 @@ int tu_tol_ref(const double *ours, const double *orc, const double *naive, int64
 int tu_tol_floor(const double *ours, const double *orc, const double *naive, int64_t n,
                  fa_dtype in_dt, fa_dtype odt, double factor, double ref_mag,
                  double floor_ulps, tu_cmp *r);
+/* The same with term_floor added to the floor (still under the fp32 relative rule): the
+   fp32 roundoff of terms that cancel in the result (dq, dk: dP - D), which sets the noise
+   of a result much smaller than its terms, whatever implementation forms it. */
+int tu_tol_terms(const double *ours, const double *orc, const double *naive, int64_t n,
+                 fa_dtype in_dt, fa_dtype odt, double factor, double ref_mag,
+                 double floor_ulps, double term_floor, tu_cmp *r);
 
 /* ---- the case runner ------------------------------------------------------------------ */
 enum { TB_NONE = 0, TB_FULL, TB_B_STRIDE0, TB_H_SHAPE1, TB_BH_SHAPE1_PADDED, TB_Q_STRIDE0 };
