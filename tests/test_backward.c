@@ -116,9 +116,10 @@ END_TEST
 /* Cases the fuzzer found (tests/KNOWN_FAILURES.md), replayed as decoded, tiles and threads
    included: #5 (dsinks against 3 x one sample of the naive's noise: bf16, bf16 inputs with
    F32 out, fp32), #12 (a gradient that is exactly 0, or that the naive gets exact, held to
-   one ulp) and #14 (a NaN key or query row reaching, through 0 * NaN, the gradients of rows
+   one ulp), #14 (a NaN key or query row reaching, through 0 * NaN, the gradients of rows
    or keys that cannot see it), #16 (dq and dk held to the fp32 noise of the terms of
-   dP - D, not of a vanishing result). Cases 0, 3-6 and 9 each fail without their fix (5 is the
+   dP - D, not of a vanishing result), #18 (an fp32 dsinks below the smallest subnormal).
+   Cases 0, 3-6, 9 and 10 each fail without their fix (5 is the
    recorded input, 6 its query-side twin). Cases 1 and 2 are rebuilt from #5's description
    (their bytes were not kept) and passed either way: they stay as coverage of varlen +
    sinks in bf16 -> F32 and in fp32. */
@@ -209,6 +210,16 @@ static int regression_case(int i, tu_case *c)
         c->threads = 1;
         return 1;
     }
+    case 10:  /* #18, fuzz_diff input PwAAAPX/... (kf18-dsinks-underflow): the sink ~1e4
+                 below the logits, dsinks ~1e-46, under half the smallest fp32 subnormal:
+                 the stored result is 0 */
+        c->tag = "KF18-dsinks-underflow"; c->seed = 209;
+        c->B = 3; c->Sq = 17; c->Sk = 17; c->H = c->Hkv = 1; c->dqk = 1; c->dv = 1;
+        c->dt = c->odt = FA_F32; c->window = 1; c->wl = 2; c->wr = 2; c->scale = 1.3125f;
+        c->alibi = 1; c->sinks = 1; c->sink_amp = 8.0; c->bias = TB_FULL; c->bias_dt = FA_F32;
+        c->dropout_p = 79.0f / 84.0f; c->dseed = 65535; c->doffset = 255; c->amp = 30.0;
+        c->threads = 1;
+        return 1;
     case 6:   /* the same for a NaN query row that sees some keys of a tile but not all:
                  dk of the keys it cannot see must stay finite */
         c->tag = "KF14-nan-query-row"; c->seed = 2714;

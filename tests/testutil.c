@@ -320,6 +320,10 @@ int tu_tol_terms(const double *ours, const double *orc, const double *naive, int
         double rel = 1e-5 * fm;
         if (rel < r->bound) r->bound = rel;
     }
+    /* plus the spacing of odt at zero (its smallest subnormal), under any rule: a result
+       stored in odt cannot come closer than half of it to an oracle value below it (an
+       fp32 dsinks of 1e-46 is 0; KNOWN_FAILURES #18) */
+    r->bound += odt == FA_F16 ? 0x1p-24 : odt == FA_BF16 ? 0x1p-133 : 0x1p-149;
     if (!(r->err <= r->bound)) ok = 0;
     return ok;
 }

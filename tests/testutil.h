@@ -77,7 +77,8 @@ typedef struct {
     double ours_w, orc_w;           /* values there                                      */
 } tu_cmp;
 /* max|ours-oracle| <= factor*max|naive-oracle| + max|oracle|*eps(odt); additionally
-   max|ours-oracle| <= 1e-5*max|oracle| when the inputs are F32 (in_dt). Non-finite oracle
+   max|ours-oracle| <= 1e-5*max|oracle| when the inputs are F32 (in_dt). Either bound also
+   admits the smallest subnormal of odt (what a stored result can resolve near zero). Non-finite oracle
    values must be matched exactly (same infinity, or NaN for NaN). Returns 1 if fine. */
 int tu_tol(const double *ours, const double *orc, const double *naive, int64_t n,
            fa_dtype in_dt, fa_dtype odt, double factor, tu_cmp *r);
