@@ -9,10 +9,16 @@
  *   S^T  = K_w Q_i^T, dP^T = V_w dO_i^T      wgmma, both operands in shared memory (K-major)
  *   P^T = exp2(S^T scale log2e - lse_i log2e), dS^T = P^T (dP^T - D_i)   in registers
  *   dV_w += P^T dO_i, dK_w += dS^T Q_i       wgmma, A from registers, B N-major (no copy)
- *   dS^T -> shared memory as dS [query][key] (K-major for the next product)
+ *   dS^T -> shared memory as dS [query][key] (K-major for the next product; transposing
+ *                                            matrix stores, stmatrix .trans)
  *   dQ_i[:, half w] = dS K[:, half w]         wgmma over the block's 128 keys; warpgroup w
- *                                            takes half of the columns, adds them into the
- *                                            fp32 workspace (red.global.add)
+ *                                            takes half of the columns, stages them as fp32
+ *                                            rows in shared memory, and one warp hands each
+ *                                            row to the bulk-copy engine, which adds it into
+ *                                            the fp32 workspace (cp.reduce.async.bulk .add)
+ * lse_i and D_i travel with Q_i and dO_i (4-byte cp.async, zero-filled past the sequence);
+ * P^T uses lse_i as stored: a query row no key of a full tile is hidden from has a finite
+ * lse, and partial tiles mask element by element.
  * dK (times scale) and dV are stored once at the end. deterministic=1 keeps the sm80
  * scheme: one launch per KV tile, so each dQ element gets one add per launch.
  */
@@ -22,13 +28,37 @@
 #include "forward_sm90.cuh"
 
 template <int D> struct fa_b90_cfg {
-    static constexpr int BN = FA_BWD_SM90_BN, BQ = FA_BWD_SM90_BQ, NT = 256;
+    static constexpr int BN = FA_BWD_SM90_BN, BQ = FA_BWD_SM90_BQ, NT = 256, LDQ = fa_bwd_sm90_dq_ld(D);
     static constexpr int KB = BN * D * 2, QB = BQ * D * 2, SB = BQ * BN * 2;
     static constexpr int SMEM = fa_bwd_sm90_smem(D);
-    static_assert(SMEM == 2 * KB + 4 * QB + SB + 4 * BQ * 4 + 1024, "kernels.h and the kernel disagree on the shared memory");
+    static_assert(SMEM == 2 * KB + 4 * QB + SB + 4 * BQ * 4 + 2 * BQ * LDQ * 4 + 1024,
+                  "kernels.h and the kernel disagree on the shared memory");
 };
 
 __device__ __forceinline__ void fa_reg_fence_u(uint32_t &x) { asm volatile("" : "+r"(x)::"memory"); }
+
+/* The bulk-copy engine adds `bytes` of fp32 from shared memory into global memory
+   (16-byte aligned, a multiple of 16 bytes), tracked by this thread's bulk groups. */
+__device__ __forceinline__ void fa_bulk_reduce_add_f32(float *gdst, const void *ssrc, uint32_t bytes)
+{
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(gdst),
+                 "r"(fa_smem_u32(ssrc)), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void fa_bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+/* this thread's bulk operations have read their shared memory source */
+__device__ __forceinline__ void fa_bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+/* ... and completed */
+__device__ __forceinline__ void fa_bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+/* Four 8x8 16-bit matrices stored transposed: register i holds matrix i in the mma
+   fragment layout; lane 8 i + j gives the address of stored row j of matrix i (column j
+   of the fragment's matrix). */
+__device__ __forceinline__ void fa_stmatrix_x4_trans(uint32_t addr, uint32_t a, uint32_t b, uint32_t c, uint32_t d)
+{
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(a), "r"(b),
+                 "r"(c), "r"(d)
+                 : "memory");
+}
 
 template <typename T, int D>
 __global__ void __launch_bounds__(256, 1) fa_bwd_sm90_kernel(const fa_cu_bwd pb)
@@ -43,8 +73,10 @@ __global__ void __launch_bounds__(256, 1) fa_bwd_sm90_kernel(const fa_cu_bwd pb)
     unsigned char *sQ = sV + C::KB;          /* 2 buffers */
     unsigned char *sdO = sQ + 2 * C::QB;     /* 2 buffers */
     unsigned char *sdS = sdO + 2 * C::QB;    /* dS [query][key], 2 blocks of 64 keys */
-    float *sL = reinterpret_cast<float *>(sdS + C::SB);   /* 2 x BQ: lse * log2(e) */
+    float *sL = reinterpret_cast<float *>(sdS + C::SB);   /* 2 x BQ: lse */
     float *sDs = sL + 2 * BQ;                             /* 2 x BQ: D_i */
+    float *sDQ = sDs + 2 * BQ;                            /* 2 warpgroups x BQ rows x LDQ: dQ staging */
+    constexpr int LDQ = C::LDQ;
 
     int64_t bid = blockIdx.x;
     int nb;
@@ -88,17 +120,13 @@ __global__ void __launch_bounds__(256, 1) fa_bwd_sm90_kernel(const fa_cu_bwd pb)
             fa_load_tile90<D, BQ, NT, T>(sQ + buf * C::QB, s.sq - m0, p.dqk, [&](int r) { return qb + (int64_t)r * p.q_ss; });
             fa_load_tile90<D, BQ, NT, T>(sdO + buf * C::QB, s.sq - m0, p.dv, [&](int r) { return ob + (int64_t)r * pb.do_ss; });
         }
-        for (int r = threadIdx.x; r < BQ; r += NT) {
-            const int i = m0 + r;
-            float l = INFINITY, d = 0.f;      /* rows past the sequence: P = 0 */
-            if (i < s.sq) {
-                const int64_t li = lse_row(h, i);
-                l = p.lse[li];
-                d = pb.dsum[li];
-                if (l == -INFINITY) l = INFINITY;   /* fully masked row: P = 0, no gradient */
-            }
-            sL[buf * BQ + r] = l * FA_LOG2E;
-            sDs[buf * BQ + r] = d;
+        /* lse and D rows: threads [0, BQ) copy lse, [BQ, 2 BQ) D; zeros past the sequence
+           (such rows have zero Q and dO rows: P = 1, dP = 0, dS = 0, no contribution) */
+        if ((int)threadIdx.x < 2 * BQ) {
+            const int r = threadIdx.x % BQ, which = threadIdx.x / BQ, i = m0 + r;
+            const float *src = which ? pb.dsum : p.lse;
+            const bool ok = i < s.sq;
+            fa_cp_async4((which ? sDs : sL) + buf * BQ + r, ok ? src + lse_row(h, i) : src, ok ? 4 : 0);
         }
     };
 
@@ -111,6 +139,12 @@ __global__ void __launch_bounds__(256, 1) fa_bwd_sm90_kernel(const fa_cu_bwd pb)
     const float sl2 = p.scale * FA_LOG2E;
     const uint32_t kaddr = fa_smem_u32(sK), vaddr = fa_smem_u32(sV), dsaddr = fa_smem_u32(sdS);
     const int krow = wg * 64 + warp * 16 + lane / 4;     /* this thread's first key row in the block */
+    /* stmatrix: lane 8 mi + j addresses query row j of matrix mi (keys +8 for odd mi,
+       queries +8 for mi >= 2); the swizzle chunk depends on the lane only */
+    const int st_key = wg * 64 + warp * 16 + 8 * ((lane / 8) & 1), st_q = 8 * (lane / 16) + lane % 8;
+    const uint32_t st_addr = dsaddr + (uint32_t)((st_key >> 6) * (BQ * 128) + st_q * 128 + ((((st_key & 63) >> 3) ^ (st_q & 7)) << 4));
+    float *sdq = sDQ + wg * BQ * LDQ;
+    const int dq_cols = min(DH, p.dqk - wg * DH);         /* this warpgroup's dQ columns */
 
     for (int it = 0; it < iters; it++) {
         const int buf = it & 1;
@@ -147,20 +181,26 @@ __global__ void __launch_bounds__(256, 1) fa_bwd_sm90_kernel(const fa_cu_bwd pb)
         const bool full = n0 + BN <= s.sk &&
                           (p.window_left < 0 || n0 >= m0 + BQ - 1 + s.off - p.window_left) &&
                           (p.window_right < 0 || n0 + BN - 1 <= m0 + s.off + p.window_right);
+        if (full) {
 #pragma unroll
-        for (int nt = 0; nt < BQ / 8; nt++)
+            for (int nt = 0; nt < BQ / 8; nt++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int c = nt * 8 + (lane % 4) * 2 + (e & 1);
-                float P = fa_exp2(fmaf(sacc[nt * 4 + e], sl2, -cL[c]));
-                if (!full) {
+                for (int e = 0; e < 4; e++) {
+                    const int c = nt * 8 + (lane % 4) * 2 + (e & 1);
+                    sacc[nt * 4 + e] = fa_exp2(fmaf(sacc[nt * 4 + e], sl2, -cL[c] * FA_LOG2E));
+                }
+        } else {
+#pragma unroll
+            for (int nt = 0; nt < BQ / 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int c = nt * 8 + (lane % 4) * 2 + (e & 1);
                     const int j = n0 + krow + 8 * (e / 2), pos = m0 + c + s.off;
                     const bool vis = j < s.sk && (p.window_left < 0 || j >= pos - p.window_left) &&
                                      (p.window_right < 0 || j <= pos + p.window_right);
-                    if (!vis) P = 0.f;
+                    sacc[nt * 4 + e] = vis ? fa_exp2(fmaf(sacc[nt * 4 + e], sl2, -cL[c] * FA_LOG2E)) : 0.f;
                 }
-                sacc[nt * 4 + e] = P;
-            }
+        }
         fa_wgmma_wait<0>();
 #pragma unroll
         for (int i = 0; i < BQ / 2; i++) fa_reg_fence(pacc[i]);
@@ -192,22 +232,12 @@ __global__ void __launch_bounds__(256, 1) fa_bwd_sm90_kernel(const fa_cu_bwd pb)
             fa_wgmma_rs<D>(dka, ga[kk], fa_gmma_desc(qaddr + kk * 16 * 128, BQ * 128, 1024), 1, T());
         fa_wgmma_commit();
 
-        /* dS [query][key] into shared memory, K-major for dQ = dS K (16-bit scatter: each
-           thread holds dS^T, keys on rows) */
+        /* dS [query][key] into shared memory, K-major for dQ = dS K: ga[kk][q] is the
+           fragment of keys krow + 8 (q & 1) x queries 16 kk + 8 (q >> 1) + [0, 8), and the
+           transposing store writes its 8 queries as rows of 8 keys (one 16-byte chunk) */
 #pragma unroll
         for (int kk = 0; kk < BQ / 16; kk++)
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                const int key = krow + 8 * (q & 1), qc = kk * 16 + (q >> 1) * 8 + (lane % 4) * 2;
-                const uint32_t v2 = ga[kk][q];
-#pragma unroll
-                for (int h2 = 0; h2 < 2; h2++) {
-                    const int qq = qc + h2;
-                    const uint32_t off = (uint32_t)((key >> 6) * (BQ * 128) + qq * 128 +
-                                                    ((((key & 63) >> 3) ^ (qq & 7)) << 4) + (key & 7) * 2);
-                    *reinterpret_cast<unsigned short *>(sdS + off) = (unsigned short)(h2 ? v2 >> 16 : v2 & 0xffffu);
-                }
-            }
+            fa_stmatrix_x4_trans(st_addr + kk * 16 * 128, ga[kk][0], ga[kk][1], ga[kk][2], ga[kk][3]);
         fa_fence_proxy_async();
         __syncthreads();                  /* dS of both warpgroups in shared memory */
 
@@ -232,22 +262,30 @@ __global__ void __launch_bounds__(256, 1) fa_bwd_sm90_kernel(const fa_cu_bwd pb)
 #pragma unroll
             for (int q = 0; q < 4; q++) { fa_reg_fence_u(pa[kk][q]); fa_reg_fence_u(ga[kk][q]); }
 
+        /* this warpgroup's dQ half: each warp stages its 16 query rows as fp32 in shared
+           memory (rows LDQ floats apart: the float2 stores of a half-warp hit 32 distinct
+           banks) and its lanes 0-15 hand one row each to the bulk-copy engine, which adds it
+           into the workspace. The warp's rows of tile it-1 must have been read first. */
+        fa_bulk_wait_read();
+        __syncwarp();
 #pragma unroll
         for (int r = 0; r < 2; r++) {
-            const int i = m0 + warp * 16 + lane / 4 + 8 * r;
-            if (i >= s.sq) continue;
-            float *dq = pb.dq_acc + lse_row(h, i) * p.dqk;
+            const int row = warp * 16 + lane / 4 + 8 * r;
 #pragma unroll
-            for (int nt = 0; nt < DH / 8; nt++) {
-                const int c = wg * DH + nt * 8 + (lane % 4) * 2;
-                if (c < p.dqk) {
-                    atomicAdd(dq + c, qacc[nt * 4 + 2 * r]);
-                    atomicAdd(dq + c + 1, qacc[nt * 4 + 2 * r + 1]);
-                }
-            }
+            for (int nt = 0; nt < DH / 8; nt++)
+                *reinterpret_cast<float2 *>(sdq + row * LDQ + nt * 8 + (lane % 4) * 2) =
+                    make_float2(qacc[nt * 4 + 2 * r], qacc[nt * 4 + 2 * r + 1]);
+        }
+        fa_fence_proxy_async();           /* the generic-proxy stores, seen by the bulk copies */
+        __syncwarp();
+        if (lane < 16 && dq_cols > 0 && m0 + warp * 16 + lane < s.sq) {
+            const int r = warp * 16 + lane;
+            fa_bulk_reduce_add_f32(pb.dq_acc + lse_row(h, m0 + r) * p.dqk + wg * DH, sdq + r * LDQ, dq_cols * 4);
+            fa_bulk_commit();
         }
     }
     fa_cp_async_wait<0>();
+    fa_bulk_wait();                       /* the dQ adds are complete before the block exits */
 
     /* store dK (times scale) and dV once; keys no query sees get zeros */
     const float scale = p.scale;

@@ -69,6 +69,11 @@ __device__ __forceinline__ void fa_cp_async16(void *dst, const void *src, int sr
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(fa_smem_u32(dst)),
                  "l"(src), "r"(src_bytes));
 }
+/* 4 bytes, through L1 (cp.async's .ca form: sizes below 16); src_bytes 0 zero-fills */
+__device__ __forceinline__ void fa_cp_async4(void *dst, const void *src, int src_bytes)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(fa_smem_u32(dst)), "l"(src), "r"(src_bytes));
+}
 __device__ __forceinline__ void fa_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void fa_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
 

@@ -49,10 +49,12 @@ static constexpr inline int fa_fwd_sm90_smem(int D) { return (128 + 4 * fa_fwd_s
 template <typename T, int D> cudaError_t fa_bwd_sm90_launch(const fa_cu_bwd &p, int64_t blocks, cudaStream_t st);
 #define FA_BWD_SM90_BN 128
 #define FA_BWD_SM90_BQ 64
+/* fp32 staging rows of dQ: each warpgroup's half of a query tile, rows padded by 8 floats */
+static constexpr inline int fa_bwd_sm90_dq_ld(int D) { return D / 2 + 8; }
 static constexpr inline int fa_bwd_sm90_smem(int D)
 {
     return 2 * FA_BWD_SM90_BN * D * 2 + 4 * FA_BWD_SM90_BQ * D * 2 + FA_BWD_SM90_BQ * FA_BWD_SM90_BN * 2 +
-           4 * FA_BWD_SM90_BQ * 4 + 1024;
+           4 * FA_BWD_SM90_BQ * 4 + 2 * FA_BWD_SM90_BQ * fa_bwd_sm90_dq_ld(D) * 4 + 1024;
 }
 
 /* backward_sm80_dNNN.cu: the dK/dV/dQ kernel of head-dim class D (one block = 64 keys of one

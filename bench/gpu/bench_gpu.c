@@ -8,7 +8,9 @@
  * Inputs: random fp16 bit patterns (magnitudes 2^-3..2, random signs; read as bf16 they are
  * finite too), not constants: constant or zero data lowers the tensor cores' power draw and
  * can time faster than real data.
- * Usage: bench_gpu [quick] [fwd]    (fwd: forward only)
+ * Usage: bench_gpu [quick] [fwd] [dN] [SN] [cN] [bf16|fp16]
+ *   fwd: forward only; dN, SN, cN, bf16/fp16: only the cells with that head dim, sequence
+ *   length, causal flag or dtype (for profilers: e.g. `bench_gpu d128 S8192 c0 bf16`).
  * FA_CUDA_FWD=general in the environment times the general forward kernel (cuda.cu).
  */
 #include <stdio.h>
@@ -23,10 +25,16 @@ static int cmpf(const void *a, const void *b) { float x = *(const float *)a, y =
 
 int main(int argc, char **argv)
 {
-    int quick = 0, fwd_only = 0;
+    int quick = 0, fwd_only = 0, only_d = 0, only_s = 0, only_c = -1, only_t = -1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "quick")) quick = 1;
-        if (!strcmp(argv[i], "fwd")) fwd_only = 1;
+        else if (!strcmp(argv[i], "fwd")) fwd_only = 1;
+        else if (!strcmp(argv[i], "bf16")) only_t = 0;
+        else if (!strcmp(argv[i], "fp16")) only_t = 1;
+        else if (argv[i][0] == 'd' && atoi(argv[i] + 1) > 0) only_d = atoi(argv[i] + 1);
+        else if (argv[i][0] == 'S' && atoi(argv[i] + 1) > 0) only_s = atoi(argv[i] + 1);
+        else if (argv[i][0] == 'c' && (argv[i][1] == '0' || argv[i][1] == '1') && !argv[i][2]) only_c = argv[i][1] - '0';
+        else { fprintf(stderr, "bench_gpu: unknown argument '%s'\n", argv[i]); return 2; }
     }
     fa_context *ctx;
     if (fa_context_create(&ctx, FA_BACKEND_CUDA) != FA_OK) { fprintf(stderr, "no cuda: %s\n", fa_last_error(NULL)); return 77; }
@@ -61,6 +69,9 @@ int main(int argc, char **argv)
             for (int si = 0; si < 6; si++)
                 for (int c = 0; c < 2; c++) {
                     if (quick && (si % 2 || ti)) continue;
+                    if ((only_d && ds[di] != only_d) || (only_s && Ss[si] != only_s) || (only_c >= 0 && c != only_c) ||
+                        (only_t >= 0 && ti != only_t))
+                        continue;
                     fa_dtype t = ti ? FA_F16 : FA_BF16;
                     int d = ds[di], S = Ss[si], B = (int)(tok / S), H = (int)(hidden / d);
                     fa_options o = {0};
