@@ -12,10 +12,13 @@
  *   dS^T -> shared memory as dS [query][key] (K-major for the next product; transposing
  *                                            matrix stores, stmatrix .trans)
  *   dQ_i[:, half w] = dS K[:, half w]         wgmma over the block's 128 keys; warpgroup w
- *                                            takes half of the columns, stages them as fp32
- *                                            rows in shared memory, and one warp hands each
- *                                            row to the bulk-copy engine, which adds it into
- *                                            the fp32 workspace (cp.reduce.async.bulk .add)
+ *                                            takes half of the columns; each warp stages its
+ *                                            16 rows as fp32 boxes of 16 x 32 (128-byte
+ *                                            swizzle) and one lane adds them into the fp32
+ *                                            workspace with the tensor-map reduce
+ *                                            (cp.reduce.async.bulk.tensor .add); tiles that
+ *                                            end past the sequence, and runs without a tensor
+ *                                            map, add the warp's elements with red.global
  * lse_i and D_i travel with Q_i and dO_i (4-byte cp.async, zero-filled past the sequence);
  * P^T uses lse_i as stored: a query row no key of a full tile is hidden from has a finite
  * lse, and partial tiles mask element by element.
@@ -25,24 +28,30 @@
 #ifndef FA_CUDA_BACKWARD_SM90_CUH
 #define FA_CUDA_BACKWARD_SM90_CUH
 
+#include <string.h>
+#include <cuda.h>
 #include "forward_sm90.cuh"
 
 template <int D> struct fa_b90_cfg {
-    static constexpr int BN = FA_BWD_SM90_BN, BQ = FA_BWD_SM90_BQ, NT = 256, LDQ = fa_bwd_sm90_dq_ld(D);
-    static constexpr int KB = BN * D * 2, QB = BQ * D * 2, SB = BQ * BN * 2;
+    static constexpr int BN = FA_BWD_SM90_BN, BQ = FA_BWD_SM90_BQ, NT = 256;
+    static constexpr int BXC = FA_BWD_SM90_DQ_BOX_COLS, BXR = FA_BWD_SM90_DQ_BOX_ROWS;
+    static constexpr int KB = BN * D * 2, QB = BQ * D * 2, SB = BQ * BN * 2, XB = BXR * BXC * 4;
     static constexpr int SMEM = fa_bwd_sm90_smem(D);
-    static_assert(SMEM == 2 * KB + 4 * QB + SB + 4 * BQ * 4 + 2 * BQ * LDQ * 4 + 1024,
+    static_assert(SMEM == 2 * KB + 4 * QB + SB + 4 * BQ * 4 + BQ * D * 4 + 1024,
                   "kernels.h and the kernel disagree on the shared memory");
+    static_assert(BQ == 4 * BXR && D % (2 * BXC) == 0 && BXC * 4 == 128, "a warp's dQ rows are whole boxes of 128-byte rows");
 };
 
 __device__ __forceinline__ void fa_reg_fence_u(uint32_t &x) { asm volatile("" : "+r"(x)::"memory"); }
 
-/* The bulk-copy engine adds `bytes` of fp32 from shared memory into global memory
-   (16-byte aligned, a multiple of 16 bytes), tracked by this thread's bulk groups. */
-__device__ __forceinline__ void fa_bulk_reduce_add_f32(float *gdst, const void *ssrc, uint32_t bytes)
+/* The tensor-map reduce: the box at (column c0, row c1) of the tensor `map` describes gets
+   the box in shared memory at `ssrc` added to it (fp32 add), tracked by this thread's bulk
+   groups. Parts of the box outside the tensor are skipped. */
+__device__ __forceinline__ void fa_tma_reduce_add_2d(const CUtensorMap *map, const void *ssrc, int c0, int c1)
 {
-    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(gdst),
-                 "r"(fa_smem_u32(ssrc)), "r"(bytes)
+    asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
+                     reinterpret_cast<uint64_t>(map)),
+                 "r"(fa_smem_u32(ssrc)), "r"(c0), "r"(c1)
                  : "memory");
 }
 __device__ __forceinline__ void fa_bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
@@ -61,7 +70,7 @@ __device__ __forceinline__ void fa_stmatrix_x4_trans(uint32_t addr, uint32_t a, 
 }
 
 template <typename T, int D>
-__global__ void __launch_bounds__(256, 1) fa_bwd_sm90_kernel(const fa_cu_bwd pb)
+__global__ void __launch_bounds__(256, 1) fa_bwd_sm90_kernel(const fa_cu_bwd pb, const __grid_constant__ CUtensorMap dq_map, const int dq_tma)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef fa_b90_cfg<D> C;
@@ -75,8 +84,7 @@ __global__ void __launch_bounds__(256, 1) fa_bwd_sm90_kernel(const fa_cu_bwd pb)
     unsigned char *sdS = sdO + 2 * C::QB;    /* dS [query][key], 2 blocks of 64 keys */
     float *sL = reinterpret_cast<float *>(sdS + C::SB);   /* 2 x BQ: lse */
     float *sDs = sL + 2 * BQ;                             /* 2 x BQ: D_i */
-    float *sDQ = sDs + 2 * BQ;                            /* 2 warpgroups x BQ rows x LDQ: dQ staging */
-    constexpr int LDQ = C::LDQ;
+    unsigned char *sDQ = reinterpret_cast<unsigned char *>(sDs + 2 * BQ);   /* dQ staging boxes, 1 KiB aligned */
 
     int64_t bid = blockIdx.x;
     int nb;
@@ -143,12 +151,12 @@ __global__ void __launch_bounds__(256, 1) fa_bwd_sm90_kernel(const fa_cu_bwd pb)
        queries +8 for mi >= 2); the swizzle chunk depends on the lane only */
     const int st_key = wg * 64 + warp * 16 + 8 * ((lane / 8) & 1), st_q = 8 * (lane / 16) + lane % 8;
     const uint32_t st_addr = dsaddr + (uint32_t)((st_key >> 6) * (BQ * 128) + st_q * 128 + ((((st_key & 63) >> 3) ^ (st_q & 7)) << 4));
-    float *sdq = sDQ + wg * BQ * LDQ;
-    const int dq_cols = min(DH, p.dqk - wg * DH);         /* this warpgroup's dQ columns */
+    /* this warp's staging: box x (columns wg DH + 32 x) of its 16 rows at sdq + x XB */
+    unsigned char *sdq = sDQ + (wg * 4 + warp) * (DH / C::BXC) * C::XB;
 
+    fa_cp_async_wait<0>();
     for (int it = 0; it < iters; it++) {
         const int buf = it & 1;
-        fa_cp_async_wait<0>();
         fa_fence_proxy_async();
         __syncthreads();                  /* tile it (and K, V) visible; tile it-1 fully consumed */
         if (it + 1 < iters) load_q(it + 1, buf ^ 1);
@@ -262,30 +270,54 @@ __global__ void __launch_bounds__(256, 1) fa_bwd_sm90_kernel(const fa_cu_bwd pb)
 #pragma unroll
             for (int q = 0; q < 4; q++) { fa_reg_fence_u(pa[kk][q]); fa_reg_fence_u(ga[kk][q]); }
 
-        /* this warpgroup's dQ half: each warp stages its 16 query rows as fp32 in shared
-           memory (rows LDQ floats apart: the float2 stores of a half-warp hit 32 distinct
-           banks) and its lanes 0-15 hand one row each to the bulk-copy engine, which adds it
-           into the workspace. The warp's rows of tile it-1 must have been read first. */
-        fa_bulk_wait_read();
-        __syncwarp();
+        /* this warpgroup's dQ half, 16 rows per warp: whole rows inside the sequence go
+           through the staging boxes and the tensor-map reduce (lane 0 issues DH / 32 boxes;
+           the boxes of tile it-1 must have been read first); otherwise per-element adds */
+        /* tile it+1's copies (issued a tile ago) have landed. Waited for here, before this
+           tile's dQ reduce is issued: the hardware counts cp.async and bulk operations on
+           one scoreboard, so a wait at the next barrier would also wait for the reduce. */
+        fa_cp_async_wait<0>();
+        const int qrow0 = m0 + warp * 16;
+        if (dq_tma && qrow0 + 16 <= s.sq) {
+            if (lane == 0) fa_bulk_wait_read();
+            __syncwarp();
 #pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int row = warp * 16 + lane / 4 + 8 * r;
+            for (int r = 0; r < 2; r++) {
+                const int row = lane / 4 + 8 * r;          /* row in the box; swizzle row % 8 = lane / 4 */
 #pragma unroll
-            for (int nt = 0; nt < DH / 8; nt++)
-                *reinterpret_cast<float2 *>(sdq + row * LDQ + nt * 8 + (lane % 4) * 2) =
-                    make_float2(qacc[nt * 4 + 2 * r], qacc[nt * 4 + 2 * r + 1]);
-        }
-        fa_fence_proxy_async();           /* the generic-proxy stores, seen by the bulk copies */
-        __syncwarp();
-        if (lane < 16 && dq_cols > 0 && m0 + warp * 16 + lane < s.sq) {
-            const int r = warp * 16 + lane;
-            fa_bulk_reduce_add_f32(pb.dq_acc + lse_row(h, m0 + r) * p.dqk + wg * DH, sdq + r * LDQ, dq_cols * 4);
-            fa_bulk_commit();
+                for (int nt = 0; nt < DH / 8; nt++) {
+                    const int col = nt * 8 + (lane % 4) * 2;
+                    *reinterpret_cast<float2 *>(sdq + (col / 32) * C::XB + row * 128 + ((((col % 32) / 4) ^ (lane / 4)) << 4) +
+                                                (col % 4) * 4) = make_float2(qacc[nt * 4 + 2 * r], qacc[nt * 4 + 2 * r + 1]);
+                }
+            }
+            fa_fence_proxy_async();       /* the generic-proxy stores, seen by the tensor copies */
+            __syncwarp();
+            if (lane == 0) {
+                const int grow = (int)lse_row(h, qrow0);
+#pragma unroll
+                for (int x = 0; x < DH / 32; x++) fa_tma_reduce_add_2d(&dq_map, sdq + x * C::XB, wg * DH + 32 * x, grow);
+                fa_bulk_commit();
+            }
+        } else {
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int i = qrow0 + lane / 4 + 8 * r;
+                if (i >= s.sq) continue;
+                float *dq = pb.dq_acc + lse_row(h, i) * p.dqk;
+#pragma unroll
+                for (int nt = 0; nt < DH / 8; nt++) {
+                    const int c = wg * DH + nt * 8 + (lane % 4) * 2;
+                    if (c < p.dqk) {
+                        atomicAdd(dq + c, qacc[nt * 4 + 2 * r]);
+                        atomicAdd(dq + c + 1, qacc[nt * 4 + 2 * r + 1]);
+                    }
+                }
+            }
         }
     }
     fa_cp_async_wait<0>();
-    fa_bulk_wait();                       /* the dQ adds are complete before the block exits */
+    if (lane == 0) fa_bulk_wait();        /* the dQ adds are complete before the block exits */
 
     /* store dK (times scale) and dV once; keys no query sees get zeros */
     const float scale = p.scale;
@@ -318,17 +350,20 @@ __global__ void __launch_bounds__(256, 1) fa_bwd_sm90_kernel(const fa_cu_bwd pb)
 }
 
 template <typename T, int D>
-cudaError_t fa_bwd_sm90_launch(const fa_cu_bwd &p, int64_t blocks, cudaStream_t st)
+cudaError_t fa_bwd_sm90_launch(const fa_cu_bwd &p, int64_t blocks, cudaStream_t st, const void *dq_map)
 {
     typedef fa_b90_cfg<D> C;
     cudaError_t e = cudaFuncSetAttribute(fa_bwd_sm90_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
     if (e != cudaSuccess) return e;
-    fa_bwd_sm90_kernel<T, D><<<(unsigned)blocks, C::NT, C::SMEM, st>>>(p);
+    CUtensorMap m;
+    if (dq_map) memcpy(&m, dq_map, sizeof m);
+    else memset(&m, 0, sizeof m);
+    fa_bwd_sm90_kernel<T, D><<<(unsigned)blocks, C::NT, C::SMEM, st>>>(p, m, dq_map != NULL);
     return cudaGetLastError();
 }
 
 #define FA_BWD_SM90_INSTANTIATE(D) \
-    template cudaError_t fa_bwd_sm90_launch<__half, D>(const fa_cu_bwd &, int64_t, cudaStream_t); \
-    template cudaError_t fa_bwd_sm90_launch<__nv_bfloat16, D>(const fa_cu_bwd &, int64_t, cudaStream_t);
+    template cudaError_t fa_bwd_sm90_launch<__half, D>(const fa_cu_bwd &, int64_t, cudaStream_t, const void *); \
+    template cudaError_t fa_bwd_sm90_launch<__nv_bfloat16, D>(const fa_cu_bwd &, int64_t, cudaStream_t, const void *);
 
 #endif /* FA_CUDA_BACKWARD_SM90_CUH */

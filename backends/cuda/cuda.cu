@@ -16,9 +16,11 @@
  *            loop over the query tiles of the group; dK/dV in registers, dQ by fp32 atomics
  *            (deterministic=1: one launch per KV tile), pre/post kernels in backward_aux.cu.
  */
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdio.h>
@@ -40,6 +42,8 @@ typedef struct {
     int use_sm90;                    /* the Hopper forward (forward_sm90.cuh) serves the fast set */
     int sm90_vdesc;                  /* FA_SM90_VDESC: layout variant of V's descriptor (diagnostic) */
     int use_sm90_bwd;                /* the Hopper backward serves the lean set (d64, d128) */
+    int tmap_tried;                  /* the driver's tensor-map encoder looked up (once) */
+    void *tmap_encode;               /* cuTensorMapEncodeTiled, or NULL: dQ by atomics */
     char qname[160];
 } cuda_impl;
 
@@ -497,6 +501,39 @@ static fa_status bwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_bwd *k, in
     return FA_OK;
 }
 
+#if FA_SM90A
+/* The tensor map of the Hopper backward's fp32 dQ workspace (rows x dqk, boxes of
+   FA_BWD_SM90_DQ_BOX_ROWS x FA_BWD_SM90_DQ_BOX_COLS with the 128-byte swizzle), encoded by
+   the driver's cuTensorMapEncodeTiled. 0 when the driver has no encoder or the shape does
+   not fit the map's limits (row coordinates are 32-bit): the kernel then adds dQ with
+   atomics. FA_CUDA_DQ=atomic forces that path (A/B runs). */
+static int dq_tensor_map(cuda_impl *im, CUtensorMap *m, float *dq_acc, int64_t rows, int dqk)
+{
+    if (!im->tmap_tried) {
+        im->tmap_tried = 1;
+        const char *e = getenv("FA_CUDA_DQ");
+        cudaDriverEntryPointQueryResult q;
+        void *fn = NULL;
+        if (!(e && !strcmp(e, "atomic")) &&
+            cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+            q == cudaDriverEntryPointSuccess)
+            im->tmap_encode = fn;
+        else
+            cudaGetLastError();
+    }
+    if (!im->tmap_encode || rows > INT32_MAX || rows < 1) return 0;
+    typedef CUresult (*encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *, const cuuint64_t *,
+                                  const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                  CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+    const cuuint64_t dim[2] = { (cuuint64_t)dqk, (cuuint64_t)rows }, stride[1] = { (cuuint64_t)dqk * sizeof(float) };
+    const cuuint32_t box[2] = { FA_BWD_SM90_DQ_BOX_COLS, FA_BWD_SM90_DQ_BOX_ROWS }, es[2] = { 1, 1 };
+    memset(m, 0, sizeof *m);
+    return ((encode_fn)im->tmap_encode)(m, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, dq_acc, dim, stride, box, es,
+                                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                        CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+#endif
+
 static fa_status cuda_backward(fa_context *ctx, const fa_problem *p)
 {
     cuda_impl *im = IMPL(ctx);
@@ -530,12 +567,19 @@ static fa_status cuda_backward(fa_context *ctx, const fa_problem *p)
        atomic add per launch and the adds come in launch order */
     const int nl = p->deterministic ? k.n_blocks : 1;
     const int64_t lb = p->deterministic ? p->batch * p->hkv : blocks;
+#if FA_SM90A
+    CUtensorMap dqm;
+    const void *dq_map = sm90 && dq_tensor_map(im, &dqm, k.dq_acc, rows, p->dqk) ? &dqm : NULL;
+    if (sm90) H->verbose(ctx, "cuda: dQ added by %s", dq_map ? "the tensor-map reduce" : "atomics (no tensor map)");
+#endif
     for (int t = 0; t < nl && e == cudaSuccess && lb > 0; t++) {
         k.kv_tile = p->deterministic ? t : -1;
 #if FA_SM90A
         if (sm90) {
-            if (D == 64) e = bf ? fa_bwd_sm90_launch<__nv_bfloat16, 64>(k, lb, im->stream) : fa_bwd_sm90_launch<__half, 64>(k, lb, im->stream);
-            else e = bf ? fa_bwd_sm90_launch<__nv_bfloat16, 128>(k, lb, im->stream) : fa_bwd_sm90_launch<__half, 128>(k, lb, im->stream);
+            if (D == 64)
+                e = bf ? fa_bwd_sm90_launch<__nv_bfloat16, 64>(k, lb, im->stream, dq_map) : fa_bwd_sm90_launch<__half, 64>(k, lb, im->stream, dq_map);
+            else
+                e = bf ? fa_bwd_sm90_launch<__nv_bfloat16, 128>(k, lb, im->stream, dq_map) : fa_bwd_sm90_launch<__half, 128>(k, lb, im->stream, dq_map);
             continue;
         }
 #endif

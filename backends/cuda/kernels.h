@@ -46,15 +46,19 @@ static constexpr inline int fa_fwd_sm90_smem(int D) { return (128 + 4 * fa_fwd_s
 /* backward_sm90_dNNN.cu (sm_90a only, FA_SM90A = 1): the Hopper backward (backward_sm90.cuh:
    wgmma for the five products, 2 warpgroups x 64 keys, query tiles of 64 rows), lean
    feature set, head-dim classes 64 and 128. */
-template <typename T, int D> cudaError_t fa_bwd_sm90_launch(const fa_cu_bwd &p, int64_t blocks, cudaStream_t st);
+template <typename T, int D> cudaError_t fa_bwd_sm90_launch(const fa_cu_bwd &p, int64_t blocks, cudaStream_t st, const void *dq_map);
 #define FA_BWD_SM90_BN 128
 #define FA_BWD_SM90_BQ 64
-/* fp32 staging rows of dQ: each warpgroup's half of a query tile, rows padded by 8 floats */
-static constexpr inline int fa_bwd_sm90_dq_ld(int D) { return D / 2 + 8; }
+/* The dQ staging boxes (fp32, 16 rows x 32 columns, 128-byte swizzle) the tensor-map reduce
+   reads: a query tile's BQ x D. dq_map: a CUtensorMap over the fp32 dQ workspace (columns
+   dqk, rows in the lse layout, row pitch dqk floats; box 32 x 16, SWIZZLE_128B), or NULL:
+   the kernel then adds dQ with per-element atomics. */
+#define FA_BWD_SM90_DQ_BOX_COLS 32
+#define FA_BWD_SM90_DQ_BOX_ROWS 16
 static constexpr inline int fa_bwd_sm90_smem(int D)
 {
     return 2 * FA_BWD_SM90_BN * D * 2 + 4 * FA_BWD_SM90_BQ * D * 2 + FA_BWD_SM90_BQ * FA_BWD_SM90_BN * 2 +
-           4 * FA_BWD_SM90_BQ * 4 + 2 * FA_BWD_SM90_BQ * fa_bwd_sm90_dq_ld(D) * 4 + 1024;
+           4 * FA_BWD_SM90_BQ * 4 + FA_BWD_SM90_BQ * D * 4 + 1024;
 }
 
 /* backward_sm80_dNNN.cu: the dK/dV/dQ kernel of head-dim class D (one block = 64 keys of one
