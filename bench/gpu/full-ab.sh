@@ -5,6 +5,8 @@
 # FA_CUDA_FWD=sm80, and torch SDPA (flash, cuDNN, efficient) on the same cells, bf16.
 # Tables: ratios.txt (ours / peers, forward and backward), sm80.csv (the sm80 forward).
 # Usage: bench/gpu/full-ab.sh [DIR]   (logs into $OUT)
+# Environment: PEERS_FLAGS (default --bf16; "--both" times fp16 too), SM80=0 skips the sm80
+# forward bench; the ratio table is printed at the end.
 D=${1:-.gpu}
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
@@ -19,8 +21,11 @@ for m in default sm80; do
 done
 echo "== bench (fwd + bwd)"; t0=$(date +%s)
 timeout ${BENCH_TIMEOUT:-150} "$D/bench_gpu" > "$OUT/ours.csv" 2> "$OUT/bench.err"; echo "rc=$? ($(( $(date +%s) - t0 )) s)"
-echo "== bench fwd (sm80 fast)"; t0=$(date +%s)
-FA_CUDA_FWD=sm80 timeout 60 "$D/bench_gpu" fwd > "$OUT/sm80.csv" 2> "$OUT/bench_sm80.err"; echo "rc=$? ($(( $(date +%s) - t0 )) s)"
+if [ "${SM80:-1}" != 0 ]; then
+  echo "== bench fwd (sm80 fast)"; t0=$(date +%s)
+  FA_CUDA_FWD=sm80 timeout 60 "$D/bench_gpu" fwd > "$OUT/sm80.csv" 2> "$OUT/bench_sm80.err"; echo "rc=$? ($(( $(date +%s) - t0 )) s)"
+fi
 echo "== torch peers"; t0=$(date +%s)
 timeout ${PEERS_TIMEOUT:-200} python3 bench/peers/torch_sdpa_gpu.py --ours "$OUT/ours.csv" ${PEERS_FLAGS:---bf16} > "$OUT/peers.csv" 2> "$OUT/ratios.txt"
 echo "rc=$? ($(( $(date +%s) - t0 )) s)"
+cat "$OUT/ratios.txt"

@@ -2,7 +2,7 @@
 """torch SDPA (flash = FA2, cuDNN, efficient) on the GPU sweep of PERFORMANCE.md, timed the
 same way as bench/gpu/bench_gpu.c (CUDA events, median of 10 after 3 warm-ups), and the
 ratios ours/peer when given our CSV.
-Usage: torch_sdpa_gpu.py [--ours ours.csv] [--quick] > peers.csv"""
+Usage: torch_sdpa_gpu.py [--ours ours.csv] [--quick] [--bf16] > peers.csv  (--bf16: bf16 cells only)"""
 import sys, statistics, torch
 from torch.nn.attention import sdpa_kernel, SDPBackend
 import torch.nn.functional as F
