@@ -5,6 +5,10 @@
  *
  * One block = 128 keys of one (sequence, KV head), 2 warpgroups of 64 keys each, looping
  * over the 64-row query tiles of every query head of the group that can see those keys.
+ * d256 (SPLIT): dK and dV of 64 keys x 256 columns would need 256 fp32 registers per thread
+ * of one warpgroup, so a block is 64 keys and both warpgroups work on all of them: each
+ * computes S^T and dP^T (the same values; 14 units of tensor work for 10), owns half of
+ * dK/dV's columns, and adds its half of dQ's columns in rounds of 32; warpgroup 0 writes dS.
  * Per query tile (Q_i, dO_i, lse_i, D_i double-buffered with cp.async):
  *   S^T  = K_w Q_i^T, dP^T = V_w dO_i^T      wgmma, both operands in shared memory (K-major)
  *   P^T = exp2(S^T scale log2e - lse_i log2e), dS^T = P^T (dP^T - D_i)   in registers
@@ -33,13 +37,19 @@
 #include "forward_sm90.cuh"
 
 template <int D> struct fa_b90_cfg {
-    static constexpr int BN = FA_BWD_SM90_BN, BQ = FA_BWD_SM90_BQ, NT = 256;
+    static constexpr bool SPLIT = D > 128;
+    static constexpr int BN = fa_bwd_sm90_bn(D), BQ = FA_BWD_SM90_BQ, NT = 256;
     static constexpr int BXC = FA_BWD_SM90_DQ_BOX_COLS, BXR = FA_BWD_SM90_DQ_BOX_ROWS;
     static constexpr int KB = BN * D * 2, QB = BQ * D * 2, SB = BQ * BN * 2, XB = BXR * BXC * 4;
+    static constexpr int DH = D / 2;                      /* dQ columns per warpgroup */
+    static constexpr int DQR = SPLIT ? BXC : DH, NR = DH / DQR;   /* dQ columns per round, rounds */
+    static constexpr int NBOX = DQR / BXC;                /* staging boxes per warp */
+    static constexpr int NKV = SPLIT ? D / 2 : D;         /* dK/dV columns per warpgroup */
     static constexpr int SMEM = fa_bwd_sm90_smem(D);
-    static_assert(SMEM == 2 * KB + 4 * QB + SB + 4 * BQ * 4 + BQ * D * 4 + 1024,
+    static_assert(SMEM == 2 * KB + 4 * QB + SB + 4 * BQ * 4 + 8 * NBOX * XB + 1024,
                   "kernels.h and the kernel disagree on the shared memory");
-    static_assert(BQ == 4 * BXR && D % (2 * BXC) == 0 && BXC * 4 == 128, "a warp's dQ rows are whole boxes of 128-byte rows");
+    static_assert(BQ == 4 * BXR && DQR % BXC == 0 && BXC * 4 == 128, "a warp's dQ rows are whole boxes of 128-byte rows");
+    static_assert(BN == (SPLIT ? 64 : 128), "one warpgroup per 64 keys, or both on the same 64");
 };
 
 __device__ __forceinline__ void fa_reg_fence_u(uint32_t &x) { asm volatile("" : "+r"(x)::"memory"); }
@@ -74,7 +84,8 @@ __global__ void __launch_bounds__(256, 1) fa_bwd_sm90_kernel(const fa_cu_bwd pb,
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef fa_b90_cfg<D> C;
-    constexpr int BN = C::BN, BQ = C::BQ, NT = C::NT, DH = D / 2;
+    constexpr int BN = C::BN, BQ = C::BQ, NT = C::NT, DH = C::DH, DQR = C::DQR, NKV = C::NKV;
+    constexpr bool SPLIT = C::SPLIT;
     const fa_cu_fwd &p = pb.f;
     extern __shared__ __align__(1024) unsigned char fa_smem_raw[];
     unsigned char *smem = fa_smem_raw + ((1024 - (fa_smem_u32(fa_smem_raw) & 1023)) & 1023);
@@ -141,18 +152,20 @@ __global__ void __launch_bounds__(256, 1) fa_bwd_sm90_kernel(const fa_cu_bwd pb,
     if (iters > 0) load_q(0, 0);
     fa_cp_async_commit();
 
-    float dka[D / 2], dva[D / 2];
+    float dka[NKV / 2], dva[NKV / 2];                     /* this warpgroup's keys x its NKV columns */
 #pragma unroll
-    for (int i = 0; i < D / 2; i++) dka[i] = dva[i] = 0.f;
+    for (int i = 0; i < NKV / 2; i++) dka[i] = dva[i] = 0.f;
     const float sl2 = p.scale * FA_LOG2E;
     const uint32_t kaddr = fa_smem_u32(sK), vaddr = fa_smem_u32(sV), dsaddr = fa_smem_u32(sdS);
-    const int krow = wg * 64 + warp * 16 + lane / 4;     /* this thread's first key row in the block */
+    const int kw = SPLIT ? 0 : wg * 64;                   /* this warpgroup's first key in the block */
+    const int kvcol0 = SPLIT ? wg * NKV : 0;              /* ... and first dK/dV column */
+    const int krow = kw + warp * 16 + lane / 4;           /* this thread's first key row in the block */
     /* stmatrix: lane 8 mi + j addresses query row j of matrix mi (keys +8 for odd mi,
        queries +8 for mi >= 2); the swizzle chunk depends on the lane only */
-    const int st_key = wg * 64 + warp * 16 + 8 * ((lane / 8) & 1), st_q = 8 * (lane / 16) + lane % 8;
+    const int st_key = kw + warp * 16 + 8 * ((lane / 8) & 1), st_q = 8 * (lane / 16) + lane % 8;
     const uint32_t st_addr = dsaddr + (uint32_t)((st_key >> 6) * (BQ * 128) + st_q * 128 + ((((st_key & 63) >> 3) ^ (st_q & 7)) << 4));
     /* this warp's staging: box x (columns wg DH + 32 x) of its 16 rows at sdq + x XB */
-    unsigned char *sdq = sDQ + (wg * 4 + warp) * (DH / C::BXC) * C::XB;
+    unsigned char *sdq = sDQ + (wg * 4 + warp) * C::NBOX * C::XB;
 
     fa_cp_async_wait<0>();
     for (int it = 0; it < iters; it++) {
@@ -173,12 +186,12 @@ __global__ void __launch_bounds__(256, 1) fa_bwd_sm90_kernel(const fa_cu_bwd pb,
         fa_wgmma_fence();
 #pragma unroll
         for (int k = 0; k < D / 16; k++)
-            fa_wgmma_ss<BQ>(sacc, fa_gmma_desc(kaddr + (k >> 2) * (BN * 128) + wg * 64 * 128 + (k & 3) * 32, 16, 1024),
+            fa_wgmma_ss<BQ>(sacc, fa_gmma_desc(kaddr + (k >> 2) * (BN * 128) + kw * 128 + (k & 3) * 32, 16, 1024),
                             fa_gmma_desc(qaddr + (k >> 2) * (BQ * 128) + (k & 3) * 32, 16, 1024), k > 0, T());
         fa_wgmma_commit();
 #pragma unroll
         for (int k = 0; k < D / 16; k++)
-            fa_wgmma_ss<BQ>(pacc, fa_gmma_desc(vaddr + (k >> 2) * (BN * 128) + wg * 64 * 128 + (k & 3) * 32, 16, 1024),
+            fa_wgmma_ss<BQ>(pacc, fa_gmma_desc(vaddr + (k >> 2) * (BN * 128) + kw * 128 + (k & 3) * 32, 16, 1024),
                             fa_gmma_desc(doaddr + (k >> 2) * (BQ * 128) + (k & 3) * 32, 16, 1024), k > 0, T());
         fa_wgmma_commit();
         fa_wgmma_wait<1>();
@@ -228,89 +241,100 @@ __global__ void __launch_bounds__(256, 1) fa_bwd_sm90_kernel(const fa_cu_bwd pb,
                 ga[kk][q] = fa_pack2(pacc[8 * kk + 2 * q], pacc[8 * kk + 2 * q + 1], T());
             }
 
-        /* dV_w += P^T dO and dK_w += dS^T Q: B read N-major (rows = queries) */
+        /* dV_w += P^T dO and dK_w += dS^T Q over this warpgroup's NKV columns: B read N-major
+           (rows = queries) */
 #pragma unroll
-        for (int i = 0; i < D / 2; i++) { fa_reg_fence(dka[i]); fa_reg_fence(dva[i]); }
+        for (int i = 0; i < NKV / 2; i++) { fa_reg_fence(dka[i]); fa_reg_fence(dva[i]); }
         fa_wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BQ / 16; kk++)
-            fa_wgmma_rs<D>(dva, pa[kk], fa_gmma_desc(doaddr + kk * 16 * 128, BQ * 128, 1024), 1, T());
+            fa_wgmma_rs<NKV>(dva, pa[kk], fa_gmma_desc(doaddr + (kvcol0 / 64) * (BQ * 128) + kk * 16 * 128, BQ * 128, 1024), 1, T());
 #pragma unroll
         for (int kk = 0; kk < BQ / 16; kk++)
-            fa_wgmma_rs<D>(dka, ga[kk], fa_gmma_desc(qaddr + kk * 16 * 128, BQ * 128, 1024), 1, T());
+            fa_wgmma_rs<NKV>(dka, ga[kk], fa_gmma_desc(qaddr + (kvcol0 / 64) * (BQ * 128) + kk * 16 * 128, BQ * 128, 1024), 1, T());
         fa_wgmma_commit();
 
         /* dS [query][key] into shared memory, K-major for dQ = dS K: ga[kk][q] is the
            fragment of keys krow + 8 (q & 1) x queries 16 kk + 8 (q >> 1) + [0, 8), and the
            transposing store writes its 8 queries as rows of 8 keys (one 16-byte chunk) */
+        if (!SPLIT || wg == 0) {          /* SPLIT: both warpgroups hold the same dS */
 #pragma unroll
-        for (int kk = 0; kk < BQ / 16; kk++)
-            fa_stmatrix_x4_trans(st_addr + kk * 16 * 128, ga[kk][0], ga[kk][1], ga[kk][2], ga[kk][3]);
-        fa_fence_proxy_async();
-        __syncthreads();                  /* dS of both warpgroups in shared memory */
+            for (int kk = 0; kk < BQ / 16; kk++)
+                fa_stmatrix_x4_trans(st_addr + kk * 16 * 128, ga[kk][0], ga[kk][1], ga[kk][2], ga[kk][3]);
+            fa_fence_proxy_async();
+        }
+        __syncthreads();                  /* dS of the block's keys in shared memory */
 
-        /* dQ[:, wg half] = dS K[:, wg half] over the block's 128 keys */
-        float qacc[DH / 2];
+        /* dQ[:, wg half] = dS K[:, wg half] over the block's keys, in NR rounds of DQR
+           columns (d64/d128: one round) */
 #pragma unroll
-        for (int i = 0; i < DH / 2; i++) fa_reg_fence(qacc[i]);
-        fa_wgmma_fence();
-        const uint32_t kcol = kaddr + ((wg * DH) / 64) * (BN * 128) + ((wg * DH) % 64) * 2;
+        for (int rd = 0; rd < C::NR; rd++) {
+            const int col0 = wg * DH + rd * DQR;          /* first dQ column of this round */
+            float qacc[DQR / 2];
 #pragma unroll
-        for (int k = 0; k < BN / 16; k++)
-            fa_wgmma_sstb<DH>(qacc, fa_gmma_desc(dsaddr + (k >> 2) * (BQ * 128) + (k & 3) * 32, 16, 1024),
-                              fa_gmma_desc(kcol + k * 16 * 128, BN * 128, 1024), k > 0, T());
-        fa_wgmma_commit();
-        fa_wgmma_wait<0>();               /* dQ, and dK/dV of this tile before their operands change */
+            for (int i = 0; i < DQR / 2; i++) fa_reg_fence(qacc[i]);
+            fa_wgmma_fence();
+            const uint32_t kcol = kaddr + (col0 / 64) * (BN * 128) + (col0 % 64) * 2;
 #pragma unroll
-        for (int i = 0; i < DH / 2; i++) fa_reg_fence(qacc[i]);
+            for (int k = 0; k < BN / 16; k++)
+                fa_wgmma_sstb<DQR>(qacc, fa_gmma_desc(dsaddr + (k >> 2) * (BQ * 128) + (k & 3) * 32, 16, 1024),
+                                   fa_gmma_desc(kcol + k * 16 * 128, BN * 128, 1024), k > 0, T());
+            fa_wgmma_commit();
+            fa_wgmma_wait<0>();           /* dQ, and (round 0) dK/dV of this tile before their operands change */
 #pragma unroll
-        for (int i = 0; i < D / 2; i++) { fa_reg_fence(dka[i]); fa_reg_fence(dva[i]); }
+            for (int i = 0; i < DQR / 2; i++) fa_reg_fence(qacc[i]);
+            if (rd == 0) {
 #pragma unroll
-        for (int kk = 0; kk < BQ / 16; kk++)
+                for (int i = 0; i < NKV / 2; i++) { fa_reg_fence(dka[i]); fa_reg_fence(dva[i]); }
 #pragma unroll
-            for (int q = 0; q < 4; q++) { fa_reg_fence_u(pa[kk][q]); fa_reg_fence_u(ga[kk][q]); }
+                for (int kk = 0; kk < BQ / 16; kk++)
+#pragma unroll
+                    for (int q = 0; q < 4; q++) { fa_reg_fence_u(pa[kk][q]); fa_reg_fence_u(ga[kk][q]); }
+                /* tile it+1's copies (issued a tile ago) have landed. Waited for here,
+                   before this tile's dQ reduce is issued: the hardware counts cp.async and
+                   bulk operations on one scoreboard, so a wait at the next barrier would
+                   also wait for the reduce. */
+                fa_cp_async_wait<0>();
+            }
 
-        /* this warpgroup's dQ half, 16 rows per warp: whole rows inside the sequence go
-           through the staging boxes and the tensor-map reduce (lane 0 issues DH / 32 boxes;
-           the boxes of tile it-1 must have been read first); otherwise per-element adds */
-        /* tile it+1's copies (issued a tile ago) have landed. Waited for here, before this
-           tile's dQ reduce is issued: the hardware counts cp.async and bulk operations on
-           one scoreboard, so a wait at the next barrier would also wait for the reduce. */
-        fa_cp_async_wait<0>();
-        const int qrow0 = m0 + warp * 16;
-        if (dq_tma && qrow0 + 16 <= s.sq) {
-            if (lane == 0) fa_bulk_wait_read();
-            __syncwarp();
+            /* 16 rows per warp: whole rows inside the sequence go through the staging boxes
+               and the tensor-map reduce (lane 0 issues them; the warp's boxes of the round
+               before must have been read first); otherwise per-element adds */
+            const int qrow0 = m0 + warp * 16;
+            if (dq_tma && qrow0 + 16 <= s.sq) {
+                if (lane == 0) fa_bulk_wait_read();
+                __syncwarp();
 #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int row = lane / 4 + 8 * r;          /* row in the box; swizzle row % 8 = lane / 4 */
+                for (int r = 0; r < 2; r++) {
+                    const int row = lane / 4 + 8 * r;      /* row in the box; swizzle row % 8 = lane / 4 */
 #pragma unroll
-                for (int nt = 0; nt < DH / 8; nt++) {
-                    const int col = nt * 8 + (lane % 4) * 2;
-                    *reinterpret_cast<float2 *>(sdq + (col / 32) * C::XB + row * 128 + ((((col % 32) / 4) ^ (lane / 4)) << 4) +
-                                                (col % 4) * 4) = make_float2(qacc[nt * 4 + 2 * r], qacc[nt * 4 + 2 * r + 1]);
+                    for (int nt = 0; nt < DQR / 8; nt++) {
+                        const int col = nt * 8 + (lane % 4) * 2;
+                        *reinterpret_cast<float2 *>(sdq + (col / 32) * C::XB + row * 128 + ((((col % 32) / 4) ^ (lane / 4)) << 4) +
+                                                    (col % 4) * 4) = make_float2(qacc[nt * 4 + 2 * r], qacc[nt * 4 + 2 * r + 1]);
+                    }
                 }
-            }
-            fa_fence_proxy_async();       /* the generic-proxy stores, seen by the tensor copies */
-            __syncwarp();
-            if (lane == 0) {
-                const int grow = (int)lse_row(h, qrow0);
+                fa_fence_proxy_async();   /* the generic-proxy stores, seen by the tensor copies */
+                __syncwarp();
+                if (lane == 0) {
+                    const int grow = (int)lse_row(h, qrow0);
 #pragma unroll
-                for (int x = 0; x < DH / 32; x++) fa_tma_reduce_add_2d(&dq_map, sdq + x * C::XB, wg * DH + 32 * x, grow);
-                fa_bulk_commit();
-            }
-        } else {
+                    for (int x = 0; x < C::NBOX; x++) fa_tma_reduce_add_2d(&dq_map, sdq + x * C::XB, col0 + 32 * x, grow);
+                    fa_bulk_commit();
+                }
+            } else {
 #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int i = qrow0 + lane / 4 + 8 * r;
-                if (i >= s.sq) continue;
-                float *dq = pb.dq_acc + lse_row(h, i) * p.dqk;
+                for (int r = 0; r < 2; r++) {
+                    const int i = qrow0 + lane / 4 + 8 * r;
+                    if (i >= s.sq) continue;
+                    float *dq = pb.dq_acc + lse_row(h, i) * p.dqk;
 #pragma unroll
-                for (int nt = 0; nt < DH / 8; nt++) {
-                    const int c = wg * DH + nt * 8 + (lane % 4) * 2;
-                    if (c < p.dqk) {
-                        atomicAdd(dq + c, qacc[nt * 4 + 2 * r]);
-                        atomicAdd(dq + c + 1, qacc[nt * 4 + 2 * r + 1]);
+                    for (int nt = 0; nt < DQR / 8; nt++) {
+                        const int c = col0 + nt * 8 + (lane % 4) * 2;
+                        if (c < p.dqk) {
+                            atomicAdd(dq + c, qacc[nt * 4 + 2 * r]);
+                            atomicAdd(dq + c + 1, qacc[nt * 4 + 2 * r + 1]);
+                        }
                     }
                 }
             }
@@ -328,8 +352,8 @@ __global__ void __launch_bounds__(256, 1) fa_bwd_sm90_kernel(const fa_cu_bwd pb,
         const int64_t ko = fa_dev_krow(p, s, b, j, hk, pb.dk_sb, pb.dk_ss, pb.dk_sh);
         const int64_t vo = fa_dev_krow(p, s, b, j, hk, pb.dv_sb, pb.dv_ss, pb.dv_sh);
 #pragma unroll
-        for (int nt = 0; nt < D / 8; nt++) {
-            const int c = nt * 8 + (lane % 4) * 2;
+        for (int nt = 0; nt < NKV / 8; nt++) {
+            const int c = kvcol0 + nt * 8 + (lane % 4) * 2;
             if (c < p.dqk) {
                 const float x0 = dka[nt * 4 + 2 * r] * scale, x1 = dka[nt * 4 + 2 * r + 1] * scale;
                 if (pb.dk_dtype == FA_CU_F32)

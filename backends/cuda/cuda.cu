@@ -41,7 +41,7 @@ typedef struct {
     int force_general;               /* FA_CUDA_FWD=general: the general forward kernel always */
     int use_sm90;                    /* the Hopper forward (forward_sm90.cuh) serves the fast set */
     int sm90_vdesc;                  /* FA_SM90_VDESC: layout variant of V's descriptor (diagnostic) */
-    int use_sm90_bwd;                /* the Hopper backward serves the lean set (d64, d128) */
+    int use_sm90_bwd;                /* the Hopper backward serves the lean set */
     int tmap_tried;                  /* the driver's tensor-map encoder looked up (once) */
     void *tmap_encode;               /* cuTensorMapEncodeTiled, or NULL: dQ by atomics */
     char qname[160];
@@ -146,8 +146,9 @@ static void cuda_describe(const fa_context *ctx, char *buf, size_t len)
     if (im->use_sm90_bwd)
         H->appendf(buf, len,
                    "backward on this chip: cuda/sm90 wgmma kernel for the lean set (no softcap, ALiBi, bias "
-                   "or dropout) at head-dim classes 64 and 128: 2 warpgroups x 64 keys, query tiles of 64 rows, "
-                   "the five products on wgmma, dQ added into an fp32 workspace\n");
+                   "or dropout): 2 warpgroups x 64 keys (d256: both on 64 keys, dK/dV columns split), query "
+                   "tiles of 64 rows, the five products on wgmma, dQ added into an fp32 workspace by the "
+                   "tensor-map reduce\n");
     H->appendf(buf, len,
                "split-kv: when batch*heads*ceil(Sq/128) < %d SMs (decode), keys are split over up to "
                "%d blocks and merged by the combine kernel\n", im->sms, FA_CU_MAX_PARTS);
@@ -487,14 +488,15 @@ static fa_status bwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_bwd *k, in
     k->dv_sb = p->grad_v.stride[0]; k->dv_ss = p->grad_v.stride[1]; k->dv_sh = p->grad_v.stride[2];
     k->dsinks = p->dsinks;
     k->max_sq = (int)p->max_sq;
-    *sm90 = im->use_sm90_bwd && fa_bwd_lean(*k) && *D <= 128 && fa_bwd_sm90_smem(*D) <= im->smem_optin;
-    const int bn = *sm90 ? FA_BWD_SM90_BN : 64;
+    *sm90 = im->use_sm90_bwd && fa_bwd_lean(*k) && fa_bwd_sm90_smem(*D) <= im->smem_optin;
+    const int bn = *sm90 ? fa_bwd_sm90_bn(*D) : 64;
     k->n_blocks = (int)((p->max_sk + bn - 1) / bn);
     k->kv_tile = -1;
     *blocks = p->batch * p->hkv * k->n_blocks;
     if (*sm90)
-        snprintf(im->qname, sizeof im->qname, "cuda/sm90 bwd %s d%d wgmma %dx%d 2 warpgroups%s", dtname(p->q.dtype), *D,
-                 FA_BWD_SM90_BN, FA_BWD_SM90_BQ, p->deterministic ? " deterministic" : "");
+        snprintf(im->qname, sizeof im->qname, "cuda/sm90 bwd %s d%d wgmma %dx%d 2 warpgroups%s%s", dtname(p->q.dtype), *D,
+                 fa_bwd_sm90_bn(*D), FA_BWD_SM90_BQ, *D > 128 ? " dK/dV columns split" : "",
+                 p->deterministic ? " deterministic" : "");
     else
         snprintf(im->qname, sizeof im->qname, "cuda/sm80 bwd %s d%d 64x64 %s%s", dtname(p->q.dtype), *D,
                  fa_bwd_lean(*k) ? "lean" : "general", p->deterministic ? " deterministic" : "");
@@ -578,8 +580,10 @@ static fa_status cuda_backward(fa_context *ctx, const fa_problem *p)
         if (sm90) {
             if (D == 64)
                 e = bf ? fa_bwd_sm90_launch<__nv_bfloat16, 64>(k, lb, im->stream, dq_map) : fa_bwd_sm90_launch<__half, 64>(k, lb, im->stream, dq_map);
-            else
+            else if (D == 128)
                 e = bf ? fa_bwd_sm90_launch<__nv_bfloat16, 128>(k, lb, im->stream, dq_map) : fa_bwd_sm90_launch<__half, 128>(k, lb, im->stream, dq_map);
+            else
+                e = bf ? fa_bwd_sm90_launch<__nv_bfloat16, 256>(k, lb, im->stream, dq_map) : fa_bwd_sm90_launch<__half, 256>(k, lb, im->stream, dq_map);
             continue;
         }
 #endif

@@ -44,21 +44,27 @@ static constexpr inline int fa_fwd_sm90_smem(int D) { return (128 + 4 * fa_fwd_s
 #define FA_FWD_SM90_NT 256
 
 /* backward_sm90_dNNN.cu (sm_90a only, FA_SM90A = 1): the Hopper backward (backward_sm90.cuh:
-   wgmma for the five products, 2 warpgroups x 64 keys, query tiles of 64 rows), lean
-   feature set, head-dim classes 64 and 128. */
+   wgmma for the five products, 2 warpgroups, query tiles of 64 rows), lean feature set.
+   d64/d128: 128 keys per block, 64 per warpgroup. d256: 64 keys per block, both warpgroups
+   on the same keys, each owning half of dK/dV's columns (S^T and dP^T computed by both). */
 template <typename T, int D> cudaError_t fa_bwd_sm90_launch(const fa_cu_bwd &p, int64_t blocks, cudaStream_t st, const void *dq_map);
-#define FA_BWD_SM90_BN 128
 #define FA_BWD_SM90_BQ 64
+static constexpr inline int fa_bwd_sm90_bn(int D) { return D > 128 ? 64 : 128; }
 /* The dQ staging boxes (fp32, 16 rows x 32 columns, 128-byte swizzle) the tensor-map reduce
-   reads: a query tile's BQ x D. dq_map: a CUtensorMap over the fp32 dQ workspace (columns
-   dqk, rows in the lse layout, row pitch dqk floats; box 32 x 16, SWIZZLE_128B), or NULL:
-   the kernel then adds dQ with per-element atomics. */
+   reads: a query tile's BQ x D for d64/d128; one box per warp for d256 (its dQ leaves in
+   rounds of 32 columns). dq_map: a CUtensorMap over the fp32 dQ workspace (columns dqk,
+   rows in the lse layout, row pitch dqk floats; box 32 x 16, SWIZZLE_128B), or NULL: the
+   kernel then adds dQ with per-element atomics. */
 #define FA_BWD_SM90_DQ_BOX_COLS 32
 #define FA_BWD_SM90_DQ_BOX_ROWS 16
+static constexpr inline int fa_bwd_sm90_dq_staging(int D)
+{
+    return D > 128 ? 8 * FA_BWD_SM90_DQ_BOX_ROWS * FA_BWD_SM90_DQ_BOX_COLS * 4 : FA_BWD_SM90_BQ * D * 4;
+}
 static constexpr inline int fa_bwd_sm90_smem(int D)
 {
-    return 2 * FA_BWD_SM90_BN * D * 2 + 4 * FA_BWD_SM90_BQ * D * 2 + FA_BWD_SM90_BQ * FA_BWD_SM90_BN * 2 +
-           4 * FA_BWD_SM90_BQ * 4 + FA_BWD_SM90_BQ * D * 4 + 1024;
+    return 2 * fa_bwd_sm90_bn(D) * D * 2 + 4 * FA_BWD_SM90_BQ * D * 2 + FA_BWD_SM90_BQ * fa_bwd_sm90_bn(D) * 2 +
+           4 * FA_BWD_SM90_BQ * 4 + fa_bwd_sm90_dq_staging(D) + 1024;
 }
 
 /* backward_sm80_dNNN.cu: the dK/dV/dQ kernel of head-dim class D (one block = 64 keys of one

@@ -722,6 +722,7 @@ int main(int argc, char **argv)
     for (int ti = 0; ti < 2; ti++) {
         run_varlen_bwd(dts[ti], 9, 64, FA_CAUSAL_NONE, 0);
         run_varlen_bwd(dts[ti], 9, 128, FA_CAUSAL_BOTTOM_RIGHT, ti);
+        if (!quick) run_varlen_bwd(dts[ti], 9, 256, ti ? FA_CAUSAL_NONE : FA_CAUSAL_BOTTOM_RIGHT, 1 - ti);
     }
     printf("%d passed, %d failed\n", passes, fails);
     fa_context_destroy(cu);
