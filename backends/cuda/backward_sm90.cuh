@@ -266,21 +266,32 @@ __global__ void __launch_bounds__(256, 1) fa_bwd_sm90_kernel(const fa_cu_bwd pb,
         __syncthreads();                  /* dS of the block's keys in shared memory */
 
         /* dQ[:, wg half] = dS K[:, wg half] over the block's keys, in NR rounds of DQR
-           columns (d64/d128: one round) */
+           columns (d64/d128: one round); round rd+1's product is in flight while round rd
+           is handed to the reduce */
+        float qacc2[2][DQR / 2];
+        auto issue_dq = [&](int rd, float (&acc)[DQR / 2]) {
+            const int col0 = wg * DH + rd * DQR;
 #pragma unroll
-        for (int rd = 0; rd < C::NR; rd++) {
-            const int col0 = wg * DH + rd * DQR;          /* first dQ column of this round */
-            float qacc[DQR / 2];
-#pragma unroll
-            for (int i = 0; i < DQR / 2; i++) fa_reg_fence(qacc[i]);
+            for (int i = 0; i < DQR / 2; i++) fa_reg_fence(acc[i]);
             fa_wgmma_fence();
             const uint32_t kcol = kaddr + (col0 / 64) * (BN * 128) + (col0 % 64) * 2;
 #pragma unroll
             for (int k = 0; k < BN / 16; k++)
-                fa_wgmma_sstb<DQR>(qacc, fa_gmma_desc(dsaddr + (k >> 2) * (BQ * 128) + (k & 3) * 32, 16, 1024),
+                fa_wgmma_sstb<DQR>(acc, fa_gmma_desc(dsaddr + (k >> 2) * (BQ * 128) + (k & 3) * 32, 16, 1024),
                                    fa_gmma_desc(kcol + k * 16 * 128, BN * 128, 1024), k > 0, T());
             fa_wgmma_commit();
-            fa_wgmma_wait<0>();           /* dQ, and (round 0) dK/dV of this tile before their operands change */
+        };
+        issue_dq(0, qacc2[0]);
+#pragma unroll
+        for (int rd = 0; rd < C::NR; rd++) {
+            const int col0 = wg * DH + rd * DQR;          /* first dQ column of this round */
+            float (&qacc)[DQR / 2] = qacc2[rd & 1];
+            if (rd + 1 < C::NR) {
+                issue_dq(rd + 1, qacc2[(rd + 1) & 1]);
+                fa_wgmma_wait<1>();       /* round rd, and (round 0) dK/dV of this tile */
+            } else {
+                fa_wgmma_wait<0>();
+            }
 #pragma unroll
             for (int i = 0; i < DQR / 2; i++) fa_reg_fence(qacc[i]);
             if (rd == 0) {
