@@ -1,7 +1,6 @@
 /* backward_sm90.cuh - the Hopper backward (sm_90a): the five products on wgmma, for the lean
  * feature set (no softcap, ALiBi, bias or dropout; masks, GQA, varlen, sinks through
- * backward_aux.cu, deterministic mode kept) and head-dim classes 64 and 128 (d256 needs
- * 2 x 64 x 256 fp32 accumulators per warpgroup: it stays on the sm80 kernel).
+ * backward_aux.cu, deterministic mode kept), head-dim classes 64, 128 and 256.
  *
  * One block = 128 keys of one (sequence, KV head), 2 warpgroups of 64 keys each, looping
  * over the 64-row query tiles of every query head of the group that can see those keys.
