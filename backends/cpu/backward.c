@@ -159,7 +159,7 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
        are outputs that exist in memory, which bounds every dimension; the checks make
        that an explicit NO_MEMORY instead of a wrapped size. */
     int ovf = 0;
-    int64_t ldq = fa_cpu_pad(bq), ldk = fa_sz_pad(dqk, &ovf), ldv = fa_sz_pad(dv, &ovf);
+    int64_t ldq = fa_cpu_ld(bq), ldk = fa_sz_ld(dqk, &ovf), ldv = fa_sz_ld(dv, &ovf);
     int64_t dmax = dqk > dv ? dqk : dv;
     int64_t dmaxp = ldk > ldv ? ldk : ldv;
     int64_t qrows = fa_sz_mul(p->q.shape[0], p->q.shape[1], &ovf);   /* dense B*Sq, varlen total */
