@@ -76,6 +76,9 @@ typedef struct {
     /* fp32 rows src[k*lds + n] (k < nk, n < nn) -> bf16 pairs dst (ldd columns, round to
        nearest even); k = nk when nk is odd is written as 0. */
     void (*to_pairs)(uint16_t *dst, int64_t ldd, const float *src, int64_t lds, int nk, int nn);
+    /* k block of gemm_rowA/colA (0: none): the B panel is kc x nr whatever k is, so the
+       tile formula no longer bounds Bc by L1 (tiles.c). */
+    int kc;
 } fa_cpu_kernels;
 
 extern const fa_cpu_kernels fa_cpu_kernels_generic;
