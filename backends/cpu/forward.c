@@ -269,7 +269,9 @@ static void fwd_task(const fa_context *ctx, const fa_problem *p, const fwd_block
         if (p->dropout_p > 0.0f)
             fa_cpu_dropout_pass(p, f->b, nk, nr, ldq, j0, w->hr, w->idrop, 1.0f, w->s, NULL);
         if (X) X->scale_cols(w->ot, ldq, (int)dv, nr, w->alpha);
-        for (int r = 0; r < nr && !X; r++) {
+        /* fp32 tiles: O = alpha O + P V in one pass when the kernel set can */
+        int fused = !X && !bfp && (full || !vbad) && K->gemm_colA_scaled;
+        for (int r = 0; r < nr && !X && !fused; r++) {
             float a = w->alpha[r];
             if (a != 1.0f) {
                 float *orow = o + r * ldv;
@@ -297,6 +299,8 @@ static void fwd_task(const fa_context *ctx, const fa_problem *p, const fwd_block
             K->to_pairs((uint16_t *)w->pp, ldq, w->s, ldq, nk, nr);
             K->gemm_bf16_colA(nr, (int)dv, (nk + 1) / 2, (const uint16_t *)w->pp, ldq,
                               (const uint16_t *)vc, ldv, o, ldv, 1);
+        } else if (fused) {
+            K->gemm_colA_scaled(nr, (int)dv, nk, w->s, ldq, vc, ldv, o, ldv, w->alpha);
         } else if (full || !vbad) {
             K->gemm_colA(nr, (int)dv, nk, w->s, ldq, vc, ldv, o, ldv, 1);
         } else {

@@ -79,6 +79,10 @@ typedef struct {
     /* k block of gemm_rowA/colA (0: none): the B panel is kc x nr whatever k is, so the
        tile formula no longer bounds Bc by L1 (tiles.c). */
     int kc;
+    /* Optional: c[i][:] = alpha[i] * c[i][:] + (A B)[i][:], A in gemm_colA's layout,
+       bitwise equal to scaling C then gemm_colA(acc = 1). NULL: the caller scales. */
+    void (*gemm_colA_scaled)(int m, int n, int k, const float *a, int64_t lda, const float *b,
+                             int64_t ldb, float *c, int64_t ldc, const float *alpha);
 } fa_cpu_kernels;
 
 extern const fa_cpu_kernels fa_cpu_kernels_generic;

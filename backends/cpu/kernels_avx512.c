@@ -217,5 +217,5 @@ static void to_pairs(uint16_t *dst, int64_t ldd, const float *src, int64_t lds, 
 
 const fa_cpu_kernels fa_cpu_kernels_avx512 = {
     "avx512", MR, NR, gemm_rowA, gemm_colA, softmax_fwd, exp_sub, ds_kernel, cvt_in, cvt_out
-    BF16_SLOTS, KC
+    BF16_SLOTS, KC, gemm_colA_scaled
 };

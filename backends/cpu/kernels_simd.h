@@ -28,7 +28,8 @@
    there (bench/NOTES.md item 10). */
 static inline __attribute__((always_inline)) void
 mk_tile(const int M, const int ROW, const int FULL, int k, const float *a, int64_t lda,
-        const float *b, int64_t ldb, float *c, int64_t ldc, const VMASK *mk, int acc)
+        const float *b, int64_t ldb, float *c, int64_t ldc, const VMASK *mk, int acc,
+        const float *al)
 {
     VF cc[MR][NV];
 #pragma GCC unroll 16
@@ -39,6 +40,14 @@ mk_tile(const int M, const int ROW, const int FULL, int k, const float *a, int64
                 cc[i][v] = FULL ? VLOAD(c + i * ldc + v * VW) : VLOADM(c + i * ldc + v * VW, mk[v]);
             else
                 cc[i][v] = VZERO;
+        }
+    }
+    if (acc && al) {   /* C row i scaled by al[i] before the products (gemm_colA_scaled) */
+#pragma GCC unroll 16
+        for (int i = 0; i < M; i++) {
+            VF s = VSET1(al[i]);
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) cc[i][v] = VMUL(cc[i][v], s);
         }
     }
     const float *a0 = a, *a4 = a + 4 * lda, *a8 = a + 8 * lda;
@@ -75,8 +84,8 @@ mk_tile(const int M, const int ROW, const int FULL, int k, const float *a, int64
 
 #define MK_CASE(M)                                                                      \
     case M:                                                                             \
-        if (full) mk_tile(M, ROW, 1, kk, ap, lda, bp, ldb, cp, ldc, mk, ac);            \
-        else mk_tile(M, ROW, 0, kk, ap, lda, bp, ldb, cp, ldc, mk, ac);                 \
+        if (full) mk_tile(M, ROW, 1, kk, ap, lda, bp, ldb, cp, ldc, mk, ac, alp);       \
+        else mk_tile(M, ROW, 0, kk, ap, lda, bp, ldb, cp, ldc, mk, ac, alp);            \
         break;
 
 #if MR == 12
@@ -94,9 +103,13 @@ mk_tile(const int M, const int ROW, const int FULL, int k, const float *a, int64
    change any result. */
 static inline __attribute__((always_inline)) void
 gemm_body(const int ROW, int m, int n, int k, const float *a, int64_t lda, const float *b,
-          int64_t ldb, float *c, int64_t ldc, int acc)
+          int64_t ldb, float *c, int64_t ldc, int acc, const float *al)
 {
-    int nkb = KC > 0 && k > KC ? (k + KC - 1) / KC : 1;
+#if KC > 0
+    int nkb = k > KC ? (k + KC - 1) / KC : 1;
+#else
+    int nkb = 1;
+#endif
     int kstep = (k + nkb - 1) / nkb;
     for (int k0 = 0; k0 < k || k0 == 0; k0 += kstep) {
         int kk = k - k0 < kstep ? k - k0 : kstep;
@@ -116,6 +129,7 @@ gemm_body(const int ROW, int m, int n, int k, const float *a, int64_t lda, const
                 int mm = m - i0 < MR ? m - i0 : MR;
                 const float *ap = ROW ? ak + (int64_t)i0 * lda : ak + i0;
                 float *cp = c + (int64_t)i0 * ldc + n0;
+                const float *alp = al && k0 == 0 ? al + i0 : NULL;
                 switch (mm) {
                 MK_CASES
                 default: break;
@@ -129,13 +143,22 @@ gemm_body(const int ROW, int m, int n, int k, const float *a, int64_t lda, const
 static void gemm_rowA(int m, int n, int k, const float *a, int64_t lda, const float *b,
                       int64_t ldb, float *c, int64_t ldc, int acc)
 {
-    gemm_body(1, m, n, k, a, lda, b, ldb, c, ldc, acc);
+    gemm_body(1, m, n, k, a, lda, b, ldb, c, ldc, acc, NULL);
 }
 
 static void gemm_colA(int m, int n, int k, const float *a, int64_t lda, const float *b,
                       int64_t ldb, float *c, int64_t ldc, int acc)
 {
-    gemm_body(0, m, n, k, a, lda, b, ldb, c, ldc, acc);
+    gemm_body(0, m, n, k, a, lda, b, ldb, c, ldc, acc, NULL);
+}
+
+/* C = diag(alpha) C + A B (colA layout): the forward's O = alpha O + P V in one pass over
+   O. alpha[i] * C[i][j] is rounded exactly as the separate rescale was (x * 1 = x), and
+   the products then accumulate in the same order, so the result is bitwise the same. */
+static void gemm_colA_scaled(int m, int n, int k, const float *a, int64_t lda, const float *b,
+                             int64_t ldb, float *c, int64_t ldc, const float *alpha)
+{
+    gemm_body(0, m, n, k, a, lda, b, ldb, c, ldc, 1, alpha);
 }
 
 static void softmax_fwd(float *s, int nk, int nq, int64_t ld, float scale, float *m,
