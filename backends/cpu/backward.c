@@ -159,7 +159,7 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
        are outputs that exist in memory, which bounds every dimension; the checks make
        that an explicit NO_MEMORY instead of a wrapped size. */
     int ovf = 0;
-    int64_t ldq = fa_cpu_pad(bq), ldk = fa_sz_pad(dqk, &ovf), ldv = fa_sz_pad(dv, &ovf);
+    int64_t ldq = fa_cpu_ld(bq), ldk = fa_sz_ld(dqk, &ovf), ldv = fa_sz_ld(dv, &ovf);
     int64_t dmax = dqk > dv ? dqk : dv;
     int64_t dmaxp = ldk > ldv ? ldk : ldv;
     int64_t qrows = fa_sz_mul(p->q.shape[0], p->q.shape[1], &ovf);   /* dense B*Sq, varlen total */
@@ -179,7 +179,10 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
     per = fa_sz_add(per, 4 * (int64_t)bkv * ldq + 2 * ldq + 5 * ldq * 2, &ovf);
     per = fa_sz_pad(per, &ovf);
     int64_t scrsz = fa_sz_mul(per, nt, &ovf);
-    int64_t ndqp = fa_sz_mul(fa_sz_mul(C, qrows, &ovf), fa_sz_mul(p->hq, dqk, &ovf), &ovf);
+    /* dQ partials [C][hq][qrows][lddq]: the rows of one head contiguous, so the dQ
+       gemm's C block is a compact 2-D tile (bench/NOTES.md item 11) */
+    int64_t lddq = fa_sz_ld(dqk, &ovf);
+    int64_t ndqp = fa_sz_mul(fa_sz_mul(C, qrows, &ovf), fa_sz_mul(p->hq, lddq, &ovf), &ovf);
     /* per-thread Q-side cache of one (b, KV head): every Q block of every head in the
        group, packed once per task instead of once per KV tile */
     int64_t nqbmax = fa_sz_ceil_div(p->max_sq, bq);
@@ -303,7 +306,7 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
             fa_seq sq = fa_problem_seq(p, b);
             int64_t nkb = (sq.sk + bkv - 1) / bkv;
             int64_t kb0 = nkb * c / C, kb1 = nkb * (c + 1) / C;
-            float *dqc = dqp + (int64_t)c * qrows * p->hq * dqk;
+            float *dqc = dqp + (int64_t)c * qrows * p->hq * lddq;
             int64_t qbase = sq.tb * p->q.shape[1] + sq.q0;
             if (qcache) memset(w.qflag, 0, (size_t)(nqbmax * p->group));
             for (int64_t kb = kb0; kb < kb1; kb++) {
@@ -420,17 +423,17 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                             visible_rowA(w.dp, ldq, qc, ldk, w.dk, ldk, nk, ni, (int)dqk, j0, w.lo, w.hi);
                         else
                             K->gemm_rowA(nk, (int)dqk, ni, w.dp, ldq, qc, ldk, w.dk, ldk, 1);
-                        float *dqb = dqc + ((qbase + i0) * p->hq + h) * dqk;
+                        float *dqb = dqc + (h * qrows + qbase + i0) * lddq;
                         if (sel && kbad) {
                             for (int r = 0; r < ni; r++)
                                 for (int j = 0; j < nk; j++) {
                                     if (j0 + j < w.lo[r] || j0 + j >= w.hi[r]) continue;
                                     float g = w.dp[j * ldq + r];
                                     for (int64_t x = 0; x < dqk; x++)
-                                        dqb[r * p->hq * dqk + x] += g * w.kc[j * ldk + x];
+                                        dqb[r * lddq + x] += g * w.kc[j * ldk + x];
                                 }
                         } else {
-                            K->gemm_colA(ni, (int)dqk, nk, w.dp, ldq, w.kc, ldk, dqb, p->hq * dqk, 1);
+                            K->gemm_colA(ni, (int)dqk, nk, w.dp, ldq, w.kc, ldk, dqb, lddq, 1);
                         }
                     }
                 }
@@ -450,11 +453,11 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
             fa_seq sq = fa_problem_seq(p, b);
             int64_t qbase = sq.tb * p->q.shape[1] + sq.q0;
             for (int64_t i = 0; i < sq.sq; i++) {
-                const float *src = dqp + ((qbase + i) * p->hq + h) * dqk;
+                const float *src = dqp + (h * qrows + qbase + i) * lddq;
                 if (C > 1) {
                     memcpy(w.row, src, sizeof(float) * (size_t)dqk);
                     for (int c = 1; c < C; c++) {
-                        const float *pc = src + (int64_t)c * qrows * p->hq * dqk;
+                        const float *pc = src + (int64_t)c * qrows * p->hq * lddq;
                         for (int64_t x = 0; x < dqk; x++) w.row[x] += pc[x];
                     }
                     src = w.row;

@@ -35,5 +35,15 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p);
 
 /* Round up to a multiple of FA_CPU_PAD. */
 static inline int64_t fa_cpu_pad(int64_t n) { return (n + FA_CPU_PAD - 1) / FA_CPU_PAD * FA_CPU_PAD; }
+/* Leading dimension of a scratch tile of n columns: fa_cpu_pad(n), plus FA_CPU_PAD when
+   that is an even number of 64-byte lines. A power-of-two row stride puts a tile's
+   column panel (the NR columns a gemm keeps in L1 while A streams past) in a few L1
+   sets only, so the panel is re-read from L2 (bench/NOTES.md item 9); an odd number of
+   lines spreads consecutive rows over every set. n <= INT64_MAX - 2 * FA_CPU_PAD. */
+static inline int64_t fa_cpu_ld(int64_t n)
+{
+    int64_t p = fa_cpu_pad(n);
+    return (p / FA_CPU_PAD) % 2 == 0 ? p + FA_CPU_PAD : p;
+}
 
 #endif

@@ -112,7 +112,7 @@ static void fwd_task(const fa_context *ctx, const fa_problem *p, const fwd_block
     const fa_cpu_kernels *K = ((const fa_cpu_state *)ctx->impl)->k;
     fa_seq sq = fa_problem_seq(p, f->b);
     int64_t dqk = p->dqk, dv = p->dv;
-    int64_t ldq = fa_cpu_pad(bq), ldk = fa_cpu_pad(dqk), ldv = fa_cpu_pad(dv);
+    int64_t ldq = fa_cpu_ld(bq), ldk = fa_cpu_ld(dqk), ldv = fa_cpu_ld(dv);
     int nr = (int)(f->nh * f->ni);
     int64_t hk = f->h0 / p->group;
     int slow = fa_cpu_slow_scores(p);
@@ -269,7 +269,9 @@ static void fwd_task(const fa_context *ctx, const fa_problem *p, const fwd_block
         if (p->dropout_p > 0.0f)
             fa_cpu_dropout_pass(p, f->b, nk, nr, ldq, j0, w->hr, w->idrop, 1.0f, w->s, NULL);
         if (X) X->scale_cols(w->ot, ldq, (int)dv, nr, w->alpha);
-        for (int r = 0; r < nr && !X; r++) {
+        /* fp32 tiles: O = alpha O + P V in one pass when the kernel set can */
+        int fused = !X && !bfp && (full || !vbad) && K->gemm_colA_scaled;
+        for (int r = 0; r < nr && !X && !fused; r++) {
             float a = w->alpha[r];
             if (a != 1.0f) {
                 float *orow = o + r * ldv;
@@ -297,6 +299,8 @@ static void fwd_task(const fa_context *ctx, const fa_problem *p, const fwd_block
             K->to_pairs((uint16_t *)w->pp, ldq, w->s, ldq, nk, nr);
             K->gemm_bf16_colA(nr, (int)dv, (nk + 1) / 2, (const uint16_t *)w->pp, ldq,
                               (const uint16_t *)vc, ldv, o, ldv, 1);
+        } else if (fused) {
+            K->gemm_colA_scaled(nr, (int)dv, nk, w->s, ldq, vc, ldv, o, ldv, w->alpha);
         } else if (full || !vbad) {
             K->gemm_colA(nr, (int)dv, nk, w->s, ldq, vc, ldv, o, ldv, 1);
         } else {
@@ -362,8 +366,8 @@ fa_status fa_cpu_forward(fa_context *ctx, const fa_problem *p)
     /* Scratch sizes, overflow-checked (scratch.h): the tiles are bounded, the head dims and
        the longest key sequence are not (a stride-0 k/v, varlen's max_seqlen_k bound). */
     int ovf = 0;
-    int64_t ldq = fa_cpu_pad(bq);
-    int64_t ldk = fa_sz_pad(p->dqk, &ovf), ldv = fa_sz_pad(p->dv, &ovf);
+    int64_t ldq = fa_cpu_ld(bq);
+    int64_t ldk = fa_sz_ld(p->dqk, &ovf), ldv = fa_sz_ld(p->dv, &ovf);
     int64_t dmax = p->dqk > p->dv ? p->dqk : p->dv, dmaxp = ldk > ldv ? ldk : ldv;
     int64_t bmax = ldq > bkv ? ldq : bkv;
     /* AMX packing temp (words): Q rows [ldq][ldka/2] or V pairs [round_up(bkv,32)/2][ldv]

@@ -19,13 +19,14 @@
  *   gemm_colA: A[m][k] = a[k * lda + m]   (P^T as A of O = P V; dS^T as A of dQ = dS K)
  *   B[k][n] = b[k * ldb + n], C[m][n] = c[m * ldc + n]; acc = 0 overwrites C, 1 adds.
  *
- * Inside, each ISA blocks C into MR x NR register tiles (AVX-512 12 x 32, AVX2 6 x 16):
+ * Inside, each ISA blocks C into MR x NR register tiles (AVX-512 6 x 64, AVX2 6 x 16):
  *
- *        NR (2 vectors)
- *      +----+----+      per k: 2 vector loads of B, MR broadcasts of A, 2*MR FMAs.
- *   MR | c0 | c1 |      Loop order: NR-panel of B (stays in L1) outer, MR-block of A inner.
- *      |....|....|      Edges: m < MR by a specialised kernel per m; n < NR by masked
- *      +----+----+      loads and stores. Never reads B/C columns >= n nor A rows >= m.
+ *        NR (NV vectors: 4 AVX-512, 2 AVX2)
+ *      +----+----+--    per k: NV vector loads of B, MR broadcasts of A, NV*MR FMAs.
+ *   MR | c0 | c1 |..    Loop order: k block (AVX-512: 128), NR-panel of B (stays in L1),
+ *      |....|....|      MR-block of A inner.
+ *      +----+----+      Edges: m < MR by a specialised kernel per m; n < NR by masked
+ *                       loads and stores. Never reads B/C columns >= n nor A rows >= m.
  *
  * Softmax kernels work on S^T tiles of nk keys x nq queries; they may read and write
  * columns up to round_up(nq, 16) (callers pad every tile, m, l, alpha, lse, D buffers to
@@ -75,6 +76,13 @@ typedef struct {
     /* fp32 rows src[k*lds + n] (k < nk, n < nn) -> bf16 pairs dst (ldd columns, round to
        nearest even); k = nk when nk is odd is written as 0. */
     void (*to_pairs)(uint16_t *dst, int64_t ldd, const float *src, int64_t lds, int nk, int nn);
+    /* k block of gemm_rowA/colA (0: none): the B panel is kc x nr whatever k is, so the
+       tile formula no longer bounds Bc by L1 (tiles.c). */
+    int kc;
+    /* Optional: c[i][:] = alpha[i] * c[i][:] + (A B)[i][:], A in gemm_colA's layout,
+       bitwise equal to scaling C then gemm_colA(acc = 1). NULL: the caller scales. */
+    void (*gemm_colA_scaled)(int m, int n, int k, const float *a, int64_t lda, const float *b,
+                             int64_t ldb, float *c, int64_t ldc, const float *alpha);
 } fa_cpu_kernels;
 
 extern const fa_cpu_kernels fa_cpu_kernels_generic;

@@ -1,5 +1,7 @@
-/* kernels_avx512.c - AVX-512 (F/BW/VL/DQ + FMA) kernel set: 12 x 32 register tiles
- * (24 zmm accumulators, 2 for B, broadcasts folded into the FMAs as {1to16} operands).
+/* kernels_avx512.c - AVX-512 (F/BW/VL/DQ + FMA) kernel set: 6 x 64 register tiles
+ * (24 zmm accumulators, 4 for B, 1 broadcast; k blocked by 128 so that the B panel stays
+ * in L1). A broadcast costs an FMA-port slot on the Xeon cores measured (bench/NOTES.md
+ * item 10): 4 B vectors per broadcast run the FMAs at up to 4/5 of peak, 2 at 2/3.
  * Built with $(FA_AVX512_CFLAGS) only; cpu.c calls it only after CPUID + XGETBV agree. */
 #include "config.h"
 #include <immintrin.h>
@@ -7,7 +9,9 @@
 
 #define VF __m512
 #define VW 16
-#define MR 12
+#define MR 6
+#define NV 4
+#define KC 128
 #define VMASK __mmask16
 static inline VMASK vmask_n(int n) { return n >= 16 ? (VMASK)0xffff : (VMASK)((1u << n) - 1u); }
 #define VLOAD(p) _mm512_loadu_ps(p)
@@ -103,7 +107,7 @@ static void cvt_out(void *dst, fa_dtype t, const float *src, int64_t n, float mu
 }
 
 #ifdef FA_HAVE_AVX512BF16
-/* ---- bf16 dot-product path: same 12 x 32 tiles, one vdpbf16ps = 2 k per FMA slot ---- */
+/* ---- bf16 dot-product path: 6 x 32 tiles, one vdpbf16ps = 2 k per FMA slot ---- */
 static inline __attribute__((always_inline)) void
 mk_bf16(const int M, const int ROW, const int FULL, int kp, const uint16_t *a, int64_t lda,
         const uint16_t *b, int64_t ldb, float *c, int64_t ldc, VMASK m0, VMASK m1, int acc)
@@ -155,9 +159,9 @@ static inline __attribute__((always_inline)) void
 gemm_bf16_body(const int ROW, int m, int n, int k, const uint16_t *a, int64_t lda,
                const uint16_t *b, int64_t ldb, float *c, int64_t ldc, int acc)
 {
-    for (int n0 = 0; n0 < n; n0 += NR) {
-        int nn = n - n0 < NR ? n - n0 : NR;
-        int full = nn == NR;
+    for (int n0 = 0; n0 < n; n0 += 2 * VW) {
+        int nn = n - n0 < 2 * VW ? n - n0 : 2 * VW;
+        int full = nn == 2 * VW;
         VMASK m0 = vmask_n(nn < VW ? nn : VW);
         VMASK m1 = vmask_n(nn > VW ? nn - VW : 0);
         const uint16_t *bp = b + 2 * n0;
@@ -213,5 +217,5 @@ static void to_pairs(uint16_t *dst, int64_t ldd, const float *src, int64_t lds, 
 
 const fa_cpu_kernels fa_cpu_kernels_avx512 = {
     "avx512", MR, NR, gemm_rowA, gemm_colA, softmax_fwd, exp_sub, ds_kernel, cvt_in, cvt_out
-    BF16_SLOTS
+    BF16_SLOTS, KC, gemm_colA_scaled
 };

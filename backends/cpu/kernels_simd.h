@@ -13,69 +13,79 @@
 #include "kernels.h"
 #include "dtype.h"
 
-#define NR (2 * VW)
+#ifndef NV
+#define NV 2               /* B vectors per register-tile row */
+#endif
+#define NR (NV * VW)
+#ifndef KC
+#define KC 0               /* k block of gemm_body (0: whole k) */
+#endif
 
 /* One MR x NR register tile (M <= MR rows, compile-time), k-loop of length k.
-   ROW: A[i][p] = a[i*lda + p]; else A[i][p] = a[p*lda + i]. FULL: n == NR. */
+   ROW: A[i][p] = a[i*lda + p]; else A[i][p] = a[p*lda + i]. FULL: n == NR.
+   Per k: NV vector loads of B, M broadcasts of A, M*NV FMAs. On AVX-512 cores whose
+   broadcasts take a slot of an FMA port, the FMA rate is NV/(NV+1) of peak, hence NV 4
+   there (bench/NOTES.md item 10). */
 static inline __attribute__((always_inline)) void
 mk_tile(const int M, const int ROW, const int FULL, int k, const float *a, int64_t lda,
-        const float *b, int64_t ldb, float *c, int64_t ldc, VMASK m0, VMASK m1, int acc)
+        const float *b, int64_t ldb, float *c, int64_t ldc, const VMASK *mk, int acc,
+        const float *al)
 {
-    VF c0[MR], c1[MR];
+    VF cc[MR][NV];
 #pragma GCC unroll 16
     for (int i = 0; i < M; i++) {
-        if (acc) {
-            c0[i] = FULL ? VLOAD(c + i * ldc) : VLOADM(c + i * ldc, m0);
-            c1[i] = FULL ? VLOAD(c + i * ldc + VW) : VLOADM(c + i * ldc + VW, m1);
-        } else {
-            c0[i] = VZERO; c1[i] = VZERO;
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) {
+            if (acc)
+                cc[i][v] = FULL ? VLOAD(c + i * ldc + v * VW) : VLOADM(c + i * ldc + v * VW, mk[v]);
+            else
+                cc[i][v] = VZERO;
         }
     }
-    if (ROW) {
-        const float *a0 = a, *a4 = a + 4 * lda, *a8 = a + 8 * lda;
-        for (int p = 0; p < k; p++) {
-            VF b0 = FULL ? VLOAD(b) : VLOADM(b, m0);
-            VF b1 = FULL ? VLOAD(b + VW) : VLOADM(b + VW, m1);
+    if (acc && al) {   /* C row i scaled by al[i] before the products (gemm_colA_scaled) */
 #pragma GCC unroll 16
-            for (int i = 0; i < M; i++) {
+        for (int i = 0; i < M; i++) {
+            VF s = VSET1(al[i]);
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) cc[i][v] = VMUL(cc[i][v], s);
+        }
+    }
+    const float *a0 = a, *a4 = a + 4 * lda, *a8 = a + 8 * lda;
+    for (int p = 0; p < k; p++) {
+        VF bv[NV];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++)
+            bv[v] = FULL ? VLOAD(b + v * VW) : VLOADM(b + v * VW, mk[v]);
+#pragma GCC unroll 16
+        for (int i = 0; i < M; i++) {
+            VF ai;
+            if (ROW) {
                 const float *ap = i < 4 ? a0 + i * lda : i < 8 ? a4 + (i - 4) * lda
                                                                : a8 + (i - 8) * lda;
-                VF ai = VSET1(ap[p]);
-                c0[i] = VFMA(ai, b0, c0[i]);
-                c1[i] = VFMA(ai, b1, c1[i]);
+                ai = VSET1(ap[p]);
+            } else {
+                ai = VSET1(a[i]);
             }
-            b += ldb;
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) cc[i][v] = VFMA(ai, bv[v], cc[i][v]);
         }
-    } else {
-        for (int p = 0; p < k; p++) {
-            VF b0 = FULL ? VLOAD(b) : VLOADM(b, m0);
-            VF b1 = FULL ? VLOAD(b + VW) : VLOADM(b + VW, m1);
-#pragma GCC unroll 16
-            for (int i = 0; i < M; i++) {
-                VF ai = VSET1(a[i]);
-                c0[i] = VFMA(ai, b0, c0[i]);
-                c1[i] = VFMA(ai, b1, c1[i]);
-            }
-            a += lda;
-            b += ldb;
-        }
+        if (!ROW) a += lda;
+        b += ldb;
     }
 #pragma GCC unroll 16
     for (int i = 0; i < M; i++) {
-        if (FULL) {
-            VSTORE(c + i * ldc, c0[i]);
-            VSTORE(c + i * ldc + VW, c1[i]);
-        } else {
-            VSTOREM(c + i * ldc, m0, c0[i]);
-            VSTOREM(c + i * ldc + VW, m1, c1[i]);
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) {
+            if (FULL) VSTORE(c + i * ldc + v * VW, cc[i][v]);
+            else VSTOREM(c + i * ldc + v * VW, mk[v], cc[i][v]);
         }
     }
 }
 
 #define MK_CASE(M)                                                                      \
     case M:                                                                             \
-        if (full) mk_tile(M, ROW, 1, k, ap, lda, bp, ldb, cp, ldc, m0, m1, acc);        \
-        else mk_tile(M, ROW, 0, k, ap, lda, bp, ldb, cp, ldc, m0, m1, acc);             \
+        if (full) mk_tile(M, ROW, 1, kk, ap, lda, bp, ldb, cp, ldc, mk, ac, alp);       \
+        else mk_tile(M, ROW, 0, kk, ap, lda, bp, ldb, cp, ldc, mk, ac, alp);            \
         break;
 
 #if MR == 12
@@ -87,38 +97,68 @@ mk_tile(const int M, const int ROW, const int FULL, int k, const float *a, int64
 #error "kernels_simd.h: MR must be 6 or 12"
 #endif
 
+/* Loop order: k block (KC; the B panel of KC x NR stays in L1) outer, NR panel of B,
+   MR block of A inner. Each C element still sums p = 0 .. k-1 in order into one fp32
+   accumulator (stored and reloaded exactly between k blocks), so the blocking does not
+   change any result. */
 static inline __attribute__((always_inline)) void
 gemm_body(const int ROW, int m, int n, int k, const float *a, int64_t lda, const float *b,
-          int64_t ldb, float *c, int64_t ldc, int acc)
+          int64_t ldb, float *c, int64_t ldc, int acc, const float *al)
 {
-    for (int n0 = 0; n0 < n; n0 += NR) {
-        int nn = n - n0 < NR ? n - n0 : NR;
-        int full = nn == NR;
-        VMASK m0 = vmask_n(nn < VW ? nn : VW);
-        VMASK m1 = vmask_n(nn > VW ? nn - VW : 0);
-        const float *bp = b + n0;
-        for (int i0 = 0; i0 < m; i0 += MR) {
-            int mm = m - i0 < MR ? m - i0 : MR;
-            const float *ap = ROW ? a + (int64_t)i0 * lda : a + i0;
-            float *cp = c + (int64_t)i0 * ldc + n0;
-            switch (mm) {
-            MK_CASES
-            default: break;
+#if KC > 0
+    int nkb = k > KC ? (k + KC - 1) / KC : 1;
+#else
+    int nkb = 1;
+#endif
+    int kstep = (k + nkb - 1) / nkb;
+    for (int k0 = 0; k0 < k || k0 == 0; k0 += kstep) {
+        int kk = k - k0 < kstep ? k - k0 : kstep;
+        int ac = k0 > 0 ? 1 : acc;
+        const float *ak = ROW ? a + k0 : a + (int64_t)k0 * lda;
+        const float *bk = b + (int64_t)k0 * ldb;
+        for (int n0 = 0; n0 < n; n0 += NR) {
+            int nn = n - n0 < NR ? n - n0 : NR;
+            int full = nn == NR;
+            VMASK mk[NV];
+            for (int v = 0; v < NV; v++) {
+                int r = nn - v * VW;
+                mk[v] = vmask_n(r < 0 ? 0 : r > VW ? VW : r);
+            }
+            const float *bp = bk + n0;
+            for (int i0 = 0; i0 < m; i0 += MR) {
+                int mm = m - i0 < MR ? m - i0 : MR;
+                const float *ap = ROW ? ak + (int64_t)i0 * lda : ak + i0;
+                float *cp = c + (int64_t)i0 * ldc + n0;
+                const float *alp = al && k0 == 0 ? al + i0 : NULL;
+                switch (mm) {
+                MK_CASES
+                default: break;
+                }
             }
         }
+        if (kk <= 0) break;
     }
 }
 
 static void gemm_rowA(int m, int n, int k, const float *a, int64_t lda, const float *b,
                       int64_t ldb, float *c, int64_t ldc, int acc)
 {
-    gemm_body(1, m, n, k, a, lda, b, ldb, c, ldc, acc);
+    gemm_body(1, m, n, k, a, lda, b, ldb, c, ldc, acc, NULL);
 }
 
 static void gemm_colA(int m, int n, int k, const float *a, int64_t lda, const float *b,
                       int64_t ldb, float *c, int64_t ldc, int acc)
 {
-    gemm_body(0, m, n, k, a, lda, b, ldb, c, ldc, acc);
+    gemm_body(0, m, n, k, a, lda, b, ldb, c, ldc, acc, NULL);
+}
+
+/* C = diag(alpha) C + A B (colA layout): the forward's O = alpha O + P V in one pass over
+   O. alpha[i] * C[i][j] is rounded exactly as the separate rescale was (x * 1 = x), and
+   the products then accumulate in the same order, so the result is bitwise the same. */
+static void gemm_colA_scaled(int m, int n, int k, const float *a, int64_t lda, const float *b,
+                             int64_t ldb, float *c, int64_t ldc, const float *alpha)
+{
+    gemm_body(0, m, n, k, a, lda, b, ldb, c, ldc, 1, alpha);
 }
 
 static void softmax_fwd(float *s, int nk, int nq, int64_t ld, float scale, float *m,

@@ -66,6 +66,11 @@ static inline int64_t fa_sz_pad(int64_t n, int *ovf)
     if (n > INT64_MAX - FA_CPU_PAD) { *ovf = 1; return 0; }
     return fa_cpu_pad(n);
 }
+static inline int64_t fa_sz_ld(int64_t n, int *ovf)
+{
+    if (n > INT64_MAX - 2 * FA_CPU_PAD) { *ovf = 1; return 0; }
+    return fa_cpu_ld(n);
+}
 /* ceil(n / d) for n >= 0, d > 0, without forming n + d - 1. */
 static inline int64_t fa_sz_ceil_div(int64_t n, int64_t d)
 {

@@ -15,6 +15,13 @@
  *   Backward keeps twice as many row tiles live (K, V, dK, dV; Q, Q^T, dO, dO^T) and three
  *      S-sized tiles (S/P, dP/dS, P_drop):
  *          4 * (2*Br*(dqk+dv) + 2*Bc*(dqk+dv) + 3*Br*Bc) <= L2 / 2
+ *   Kernel sets that block k (kernels.h kc > 0, AVX-512: KC = 128) keep a KC x NR panel in
+ *      L1 whatever Bc is, so Bc = 2*KC (256): a longer KV tile amortises the per-tile work
+ *      (the backward streams every Q block's Q, Q^T, dO, dO^T per KV tile; the forward
+ *      rescales O per KV tile). The backward then takes the forward's Br formula (its Q
+ *      side is re-read per KV tile from L3 anyway). Measured S=4096 d=128, 1 thread
+ *      (bench/NOTES.md item 12): bwd Br x Bc 240x112 0.52, 240x192 0.57, 240x256 0.58,
+ *      96x256 0.39-0.52; fwd 256x112 0.59, 256x192 0.61, 256x256 0.60-0.66.
  */
 #include "config.h"
 #include <stdio.h>
@@ -42,10 +49,13 @@ void fa_cpu_tiles(const fa_context *ctx, int backward, int64_t dqk, int64_t dv,
        so that it stays in int64. Past 2^20 the formula gives the minimum Br anyway. */
     const int64_t dmax = (int64_t)1 << 20;
     int64_t d = (dqk < dmax ? dqk : dmax) + (dv < dmax ? dv : dmax);
-    int bc = clamp16(l1 * 3 / 4 / (4 * (nr + 16)), 32, 512);
+    int kc = st->k->kc;
+    int bc = kc > 0 ? clamp16(2 * (int64_t)kc, 32, 512)
+                    : clamp16(l1 * 3 / 4 / (4 * (nr + 16)), 32, 512);
     int64_t budget = l2 / 8;   /* floats in half of L2 */
-    int64_t mult = backward ? 2 : 1;
-    int64_t brn = (budget - mult * bc * d) / (mult * d + (backward ? 3 : 1) * bc);
+    int bwdf = backward && kc == 0;   /* the backward's own Br formula */
+    int64_t mult = bwdf ? 2 : 1;
+    int64_t brn = (budget - mult * bc * d) / (mult * d + (bwdf ? 3 : 1) * bc);
     int br = clamp16(brn, 16, 256);
     int rq = st->req_bq > 0 ? st->req_bq : ctx->block_q, rk = st->req_bkv > 0 ? st->req_bkv : ctx->block_kv;
     /* Requested sizes are rounded up to the kernels' padding and capped at
@@ -56,12 +66,19 @@ void fa_cpu_tiles(const fa_context *ctx, int backward, int64_t dqk, int64_t dv,
     *bq = fbq;
     *bkv = fbkv;
     if (why && whylen) {
+        char bcwhy[96];
+        if (kc > 0)
+            snprintf(bcwhy, sizeof bcwhy, "Bc = 2*KC = 2*%d -> %d (k blocked: L1 holds a KC x NR panel)",
+                     kc, bc);
+        else
+            snprintf(bcwhy, sizeof bcwhy, "Bc = L1d*3/4 / (4*(NR+16)) = %lld*3/4 / (4*(%d+16)) -> %d",
+                     (long long)l1, nr, bc);
         snprintf(why, whylen,
-                 "Bc = L1d*3/4 / (4*(NR+16)) = %lld*3/4 / (4*(%d+16)) -> %d; "
+                 "%s; "
                  "Br = (L2/8 - %s*Bc*(dqk+dv)) / (%s*(dqk+dv) + %s*Bc) with L2 = %lld, dqk+dv = %lld -> %d "
                  "(multiple of 16 in [16, 256])%s; effective Br x Bc = %d x %d",
-                 (long long)l1, nr, bc, backward ? "2" : "1",
-                 backward ? "2" : "1", backward ? "3" : "1", (long long)l2, (long long)d, br,
+                 bcwhy, bwdf ? "2" : "1",
+                 bwdf ? "2" : "1", bwdf ? "3" : "1", (long long)l2, (long long)d, br,
                  (rq > 0 || rk > 0) ? "; overridden by fa_context_set_tiles" : "",
                  fbq, fbkv);
     }
