@@ -431,7 +431,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int64_t nb = rd_size(&r, 4);                         /* varlen batch */
     int64_t nbs = nb >= 0 && nb <= 64 ? nb : 0;          /* array sizes: huge batches get none */
     int32_t *cuq = make_index(&r, nbs + 1, 4, 1), *cuk = make_index(&r, nbs + 1, 4, 1);
-    int64_t Bs = B >= 0 && B <= 64 ? B : 0;
+    /* the kv-cache arrays have one entry (row of pages) per sequence of q as passed: q's
+       shape[0], which a "wrong shape" mutation may have made different from B */
+    const int64_t Bq = q.t.shape[0];
+    int64_t Bs = Bq >= 0 && Bq <= 64 ? Bq : 0;
     int64_t mps = maxpages >= 1 && maxpages <= 16 ? maxpages : 1;
     int32_t *cache = make_index(&r, Bs, Sc >= 0 && Sc < 64 ? Sc : 9, 0);
     int32_t *table = make_index(&r, Bs * mps, npages >= 0 && npages < 64 ? npages : 8, 0);
@@ -494,9 +497,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (op == OP_KV) {
         if ((pkn != NULL) != (pvn != NULL)) must_fail = 1;
         if (pkn) must_fail |= tensor_bad(pkn, 0, 0) || tensor_bad(pvn, 0, 0);
-        if (B > 0 && nullarg == 6) must_fail = 1;
+        if (Bq > 0 && nullarg == 6) must_fail = 1;
         if (paged && maxpages < 1) must_fail = 1;
-        if (B > 64 || (paged && maxpages > 16)) skip = 1;   /* arrays not that long */
+        if (Bq > 64 || (paged && maxpages > 16)) skip = 1;   /* arrays not that long */
     }
     if (op == OP_COMBINE) {
         must_fail |= !po || tensor_bad(po, 1, 0);
