@@ -231,6 +231,45 @@ void or_backward_terms(const or_seq *s, const double *q, const double *k, const 
     free(p); free(dc);
 }
 
+/* Magnitude of out's sensitivity to the roundoff of its scores: tout[i][h][c] +=
+   sum_j P_ij |dcap_ij scale| (sum_x |q_ix k_jx|) |m_ij v_jc - out_ic|. A score is an fp32
+   dot product whose roundoff scales with sum_x |q_ix k_jx|, and out_ic moves by
+   P_ij (m_ij v_jc - out_ic) per unit of s_ij (m_ij: the dropout multiplier). */
+void or_forward_terms(const or_seq *s, const double *q, const double *k, const double *v,
+                      const double *out, double *tout)
+{
+    int64_t n = s->sk > 0 ? s->sk : 1;
+    double *p = malloc(sizeof(double) * (size_t)n);
+    double *dc = malloc(sizeof(double) * (size_t)n);
+    int64_t group = s->hkv > 0 ? s->hq / s->hkv : 1;
+    for (int64_t h = 0; h < s->hq; h++) {
+        int64_t hk = h / group;
+        for (int64_t i = 0; i < s->sq; i++) {
+            double psink;
+            double l = or_row_probs(s, q, k, h, i, p, dc, &psink);
+            if (!isfinite(l)) continue;
+            const double *oi = out + (i * s->hq + h) * s->dv;
+            const double *qi = q + (i * s->hq + h) * s->dqk;
+            double *ti = tout + (i * s->hq + h) * s->dv;
+            for (int64_t j = 0; j < s->sk; j++) {
+                if (!or_visible(s, i, j)) continue;
+                const double *kj = k + (j * s->hkv + hk) * s->dqk;
+                const double *vj = v + (j * s->hkv + hk) * s->dv;
+                double a = 0.0;
+                for (int64_t x = 0; x < s->dqk; x++) a += fabs(qi[x] * kj[x]);
+                double w = p[j] * fabs(dc[j] * s->scale) * a;
+                double mult = or_dropout_mult(s, h, i, j);
+                if (!isfinite(w)) continue;
+                for (int64_t c = 0; c < s->dv; c++) {
+                    double t = w * fabs(mult * vj[c] - oi[c]);
+                    if (isfinite(t)) ti[c] += t;
+                }
+            }
+        }
+    }
+    free(p); free(dc);
+}
+
 /* ------------------------------------------------------------------------------------ */
 /* Same-precision naive                                                                 */
 /* ------------------------------------------------------------------------------------ */

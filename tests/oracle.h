@@ -55,6 +55,11 @@ void or_backward(const or_seq *s, const double *q, const double *k, const double
 void or_backward_terms(const or_seq *s, const double *q, const double *k, const double *v,
                        const double *out, const double *dout, double *tq, double *tk);
 
+/* Magnitude of out's sensitivity to the fp32 roundoff of its scores (see oracle.c): tout
+   like out, ACCUMULATED (the caller zeroes it). out: the oracle's [sq][hq][dv]. */
+void or_forward_terms(const or_seq *s, const double *q, const double *k, const double *v,
+                      const double *out, double *tout);
+
 /* Same-precision naive. dt: storage dtype of q/k/v; odt: dtype of out (and dq, dk, dv).
    Inputs are the stored values (already representable in dt). */
 void or_forward_sp(const or_seq *s, fa_dtype dt, fa_dtype odt, const double *q,

@@ -546,7 +546,7 @@ void tu_run(const tu_case *c)
     unsigned char *row_masked = calloc((size_t)(nq_log > 0 ? nq_log : 1), 1);
     unsigned char *key_unseen = calloc((size_t)(nk_log > 0 ? nk_log : 1), 1);
     double scale = c->scale != 0.0f ? (double)c->scale : 1.0 / sqrt((double)dqk);
-    double smax = 0.0, sterm = 0.0;
+    double smax = 0.0, sterm = 0.0, oterm = 0.0;
     for (int64_t b = 0; b < nseq; b++) {
         int64_t tb = c->varlen ? 0 : b;
         or_seq s;
@@ -588,6 +588,13 @@ void tu_run(const tu_case *c)
                     int64_t li = c->varlen ? h * rows_q + q0[b] + i : (b * H + h) * c->Sq + i;
                     L[li] = tl[h * sq[b] + i];
                 }
+        }
+        {   /* out's term floor: KNOWN_FAILURES #20 */
+            double *t_o = dcalloc(sq[b] * H * dv);
+            or_forward_terms(&s, bq, bk, bv, o_out + r0 * H * dv, t_o);
+            double m = max_abs(t_o, sq[b] * H * dv);
+            if (m > oterm) oterm = m;
+            free(t_o);
         }
         for (int64_t i = 0; i < sq[b]; i++) {
             int vis = 0;
@@ -647,6 +654,14 @@ void tu_run(const tu_case *c)
         }
     }
 
+    /* out's term floor (KNOWN_FAILURES #20): each score carries fp32 roundoff of its terms
+       (|scale| sum_c |q_c k_c|) whatever the summation order, and out moves by
+       P_ij (m_ij v_j - out_i) per unit of s_ij: one fp32 ulp of the largest
+       sum_j P_ij |scale| (sum_c |q_ic k_jc|) |m_ij v_jc - out_ic| (tests/oracle.c
+       or_forward_terms). Part of the floor: for fp32 inputs the 1e-5 relative rule still
+       caps the bound. */
+    const double out_term = tu_eps(FA_F32) * oterm;
+
     /* ---- every backend ---- */
     fa_backend bes[8];
     int nb = tu_backends(bes);
@@ -696,8 +711,8 @@ void tu_run(const tu_case *c)
            F32 out of bf16 inputs) was tried for KNOWN_FAILURES #11 and rejected: one bf16
            rounding at max|out| is larger than the systematic 0.3 % error #11 was, which
            the rule then no longer caught. #13 records what that leaves open. */
-        compare(c, be, "out", g_out, o_out, n_out, nq_log * H * dv, c->odt, 2.0, 0.0, 1.0, 0.0,
-                smax);
+        compare(c, be, "out", g_out, o_out, n_out, nq_log * H * dv, c->odt, 2.0, 0.0, 1.0,
+                out_term, smax);
         double *g_lse = dcalloc(lse_n);
         if (!c->no_lse) {
             for (int64_t x = 0; x < lse_n; x++) g_lse[x] = ((float *)lse->t.data)[x];
