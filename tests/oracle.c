@@ -184,6 +184,57 @@ void or_backward(const or_seq *s, const double *q, const double *k, const double
     free(p); free(dc); free(dp);
 }
 
+/* Calls row(s, h, i, p, dc, arg) for every row (h, i) whose probabilities are finite
+   (rows of NaN inputs and fully masked rows are skipped), with p[j] = P_ij (0 where
+   invisible) and dc[j] the softcap derivative. The term-size helpers below walk this. */
+typedef void (*or_row_fn)(const or_seq *s, int64_t h, int64_t i, const double *p,
+                          const double *dc, void *arg);
+static void or_each_row(const or_seq *s, const double *q, const double *k, or_row_fn row,
+                        void *arg)
+{
+    int64_t n = s->sk > 0 ? s->sk : 1;
+    double *p = malloc(sizeof(double) * (size_t)n);
+    double *dc = malloc(sizeof(double) * (size_t)n);
+    for (int64_t h = 0; h < s->hq; h++)
+        for (int64_t i = 0; i < s->sq; i++) {
+            double psink;
+            if (isfinite(or_row_probs(s, q, k, h, i, p, dc, &psink))) row(s, h, i, p, dc, arg);
+        }
+    free(p); free(dc);
+}
+
+typedef struct {
+    const double *q, *k, *v, *out, *dout;
+    double *t1, *t2;
+} or_terms_arg;
+
+static void bwd_terms_row(const or_seq *s, int64_t h, int64_t i, const double *p,
+                          const double *dc, void *arg)
+{
+    const or_terms_arg *x = arg;
+    int64_t hk = h / (s->hq / s->hkv);
+    const double *doi = x->dout + (i * s->hq + h) * s->dv;
+    const double *oi = x->out + (i * s->hq + h) * s->dv;
+    const double *qi = x->q + (i * s->hq + h) * s->dqk;
+    double *tqi = x->t1 + (i * s->hq + h) * s->dqk;
+    double d1 = 0.0;
+    for (int64_t c = 0; c < s->dv; c++) d1 += fabs(doi[c] * oi[c]);
+    for (int64_t j = 0; j < s->sk; j++) {
+        if (!or_visible(s, i, j)) continue;
+        const double *vj = x->v + (j * s->hkv + hk) * s->dv;
+        double a = 0.0;
+        for (int64_t c = 0; c < s->dv; c++) a += fabs(doi[c] * vj[c]);
+        double t = p[j] * fabs(dc[j] * s->scale) * (fabs(or_dropout_mult(s, h, i, j)) * a + d1);
+        if (!isfinite(t)) continue;
+        const double *kj = x->k + (j * s->hkv + hk) * s->dqk;
+        double *tkj = x->t2 + (j * s->hkv + hk) * s->dqk;
+        for (int64_t c = 0; c < s->dqk; c++) {
+            if (isfinite(kj[c])) tqi[c] += t * fabs(kj[c]);
+            if (isfinite(qi[c])) tkj[c] += t * fabs(qi[c]);
+        }
+    }
+}
+
 /* Magnitude of the terms of dq and dk (double; only used to size the tolerance). dS_ij =
    P_ij (dP_ij - D_i) dcap_ij scale subtracts D_i = sum_c dout_ic out_ic from dP_ij =
    m_ij sum_c dout_ic v_jc; both are dv-term dot products that every implementation
@@ -196,39 +247,31 @@ void or_backward(const or_seq *s, const double *q, const double *k, const double
 void or_backward_terms(const or_seq *s, const double *q, const double *k, const double *v,
                        const double *out, const double *dout, double *tq, double *tk)
 {
-    int64_t n = s->sk > 0 ? s->sk : 1;
-    double *p = malloc(sizeof(double) * (size_t)n);
-    double *dc = malloc(sizeof(double) * (size_t)n);
-    int64_t group = s->hkv > 0 ? s->hq / s->hkv : 1;
-    for (int64_t h = 0; h < s->hq; h++) {
-        int64_t hk = h / group;
-        for (int64_t i = 0; i < s->sq; i++) {
-            double psink;
-            double l = or_row_probs(s, q, k, h, i, p, dc, &psink);
-            if (!isfinite(l)) continue;
-            const double *doi = dout + (i * s->hq + h) * s->dv;
-            const double *oi = out + (i * s->hq + h) * s->dv;
-            const double *qi = q + (i * s->hq + h) * s->dqk;
-            double *tqi = tq + (i * s->hq + h) * s->dqk;
-            double d1 = 0.0;
-            for (int64_t c = 0; c < s->dv; c++) d1 += fabs(doi[c] * oi[c]);
-            for (int64_t j = 0; j < s->sk; j++) {
-                if (!or_visible(s, i, j)) continue;
-                const double *vj = v + (j * s->hkv + hk) * s->dv;
-                double a = 0.0;
-                for (int64_t c = 0; c < s->dv; c++) a += fabs(doi[c] * vj[c]);
-                double t = p[j] * fabs(dc[j] * s->scale) * (fabs(or_dropout_mult(s, h, i, j)) * a + d1);
-                if (!isfinite(t)) continue;
-                const double *kj = k + (j * s->hkv + hk) * s->dqk;
-                double *tkj = tk + (j * s->hkv + hk) * s->dqk;
-                for (int64_t c = 0; c < s->dqk; c++) {
-                    if (isfinite(kj[c])) tqi[c] += t * fabs(kj[c]);
-                    if (isfinite(qi[c])) tkj[c] += t * fabs(qi[c]);
-                }
-            }
+    or_terms_arg x = { q, k, v, out, dout, tq, tk };
+    or_each_row(s, q, k, bwd_terms_row, &x);
+}
+
+static void fwd_terms_row(const or_seq *s, int64_t h, int64_t i, const double *p,
+                          const double *dc, void *arg)
+{
+    const or_terms_arg *x = arg;
+    int64_t hk = h / (s->hq / s->hkv);
+    const double *oi = x->out + (i * s->hq + h) * s->dv;
+    const double *qi = x->q + (i * s->hq + h) * s->dqk;
+    double *ti = x->t1 + (i * s->hq + h) * s->dv;
+    for (int64_t j = 0; j < s->sk; j++) {
+        if (!or_visible(s, i, j)) continue;
+        const double *kj = x->k + (j * s->hkv + hk) * s->dqk;
+        const double *vj = x->v + (j * s->hkv + hk) * s->dv;
+        double a = 0.0;
+        for (int64_t c = 0; c < s->dqk; c++) a += fabs(qi[c] * kj[c]);
+        double w = p[j] * fabs(dc[j] * s->scale) * a, mult = or_dropout_mult(s, h, i, j);
+        if (!isfinite(w)) continue;
+        for (int64_t c = 0; c < s->dv; c++) {
+            double t = w * fabs(mult * vj[c] - oi[c]);
+            if (isfinite(t)) ti[c] += t;
         }
     }
-    free(p); free(dc);
 }
 
 /* Magnitude of out's sensitivity to the roundoff of its scores: tout[i][h][c] +=
@@ -238,36 +281,8 @@ void or_backward_terms(const or_seq *s, const double *q, const double *k, const 
 void or_forward_terms(const or_seq *s, const double *q, const double *k, const double *v,
                       const double *out, double *tout)
 {
-    int64_t n = s->sk > 0 ? s->sk : 1;
-    double *p = malloc(sizeof(double) * (size_t)n);
-    double *dc = malloc(sizeof(double) * (size_t)n);
-    int64_t group = s->hkv > 0 ? s->hq / s->hkv : 1;
-    for (int64_t h = 0; h < s->hq; h++) {
-        int64_t hk = h / group;
-        for (int64_t i = 0; i < s->sq; i++) {
-            double psink;
-            double l = or_row_probs(s, q, k, h, i, p, dc, &psink);
-            if (!isfinite(l)) continue;
-            const double *oi = out + (i * s->hq + h) * s->dv;
-            const double *qi = q + (i * s->hq + h) * s->dqk;
-            double *ti = tout + (i * s->hq + h) * s->dv;
-            for (int64_t j = 0; j < s->sk; j++) {
-                if (!or_visible(s, i, j)) continue;
-                const double *kj = k + (j * s->hkv + hk) * s->dqk;
-                const double *vj = v + (j * s->hkv + hk) * s->dv;
-                double a = 0.0;
-                for (int64_t x = 0; x < s->dqk; x++) a += fabs(qi[x] * kj[x]);
-                double w = p[j] * fabs(dc[j] * s->scale) * a;
-                double mult = or_dropout_mult(s, h, i, j);
-                if (!isfinite(w)) continue;
-                for (int64_t c = 0; c < s->dv; c++) {
-                    double t = w * fabs(mult * vj[c] - oi[c]);
-                    if (isfinite(t)) ti[c] += t;
-                }
-            }
-        }
-    }
-    free(p); free(dc);
+    or_terms_arg x = { q, k, v, out, NULL, tout, NULL };
+    or_each_row(s, q, k, fwd_terms_row, &x);
 }
 
 /* ------------------------------------------------------------------------------------ */
