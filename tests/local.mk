@@ -47,4 +47,17 @@ tests_test_combine_LDADD = $(TESTS_LDADD)
 tests_test_big_SOURCES = tests/test_big.c $(TESTS_COMMON)
 tests_test_big_CFLAGS = $(TESTS_CFLAGS)
 tests_test_big_LDADD = $(TESTS_LDADD)
+# The kernel sets' softmax pieces, called directly: the test links the ISA convenience
+# libraries itself (their symbols are hidden in libflashattn) and kernels_generic.c.
+check_PROGRAMS += tests/test_kernels
+TESTS += tests/test_kernels
+tests_test_kernels_SOURCES = tests/test_kernels.c backends/cpu/kernels_generic.c
+tests_test_kernels_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -I$(top_srcdir)/backends/cpu -I$(top_srcdir)/lib
+tests_test_kernels_LDADD = $(CHECK_LIBS) -lm
+if HAVE_AVX2
+tests_test_kernels_LDADD += backends/cpu/libfa_cpu_avx2.la
+endif
+if HAVE_AVX512
+tests_test_kernels_LDADD += backends/cpu/libfa_cpu_avx512.la
+endif
 endif

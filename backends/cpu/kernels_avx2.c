@@ -54,6 +54,31 @@ static inline __m256 exp256(__m256 x)
 }
 #define VEXP(x) exp256(x)
 
+/* 2^y as exp2_512 in kernels_avx512.c, 2^n built in the exponent field (split in two
+   halves so that n = 128 does not overflow it; n >= -126 where the result is kept). */
+static inline __m256 exp2_256(__m256 y)
+{
+    __m256 tiny = _mm256_cmp_ps(y, _mm256_set1_ps(-126.0f), _CMP_LT_OQ);
+    y = _mm256_max_ps(_mm256_set1_ps(-126.0f), y);
+    y = _mm256_min_ps(_mm256_set1_ps(128.0f), y);
+    __m256 n = _mm256_round_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 f = _mm256_sub_ps(y, n);
+    __m256 p = _mm256_set1_ps(1.5353362e-4f);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.3398875e-3f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.6184369e-3f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.5503324e-2f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022648e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.9314718e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+    __m256i ni = _mm256_cvtps_epi32(n);
+    __m256i h1 = _mm256_srai_epi32(ni, 1), h2 = _mm256_sub_epi32(ni, h1);
+    __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h1, _mm256_set1_epi32(127)), 23));
+    __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h2, _mm256_set1_epi32(127)), 23));
+    p = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+    return _mm256_andnot_ps(tiny, p);
+}
+#define VEXP2(x) exp2_256(x)
+
 #include "kernels_simd.h"
 
 static void cvt_in(float *dst, const void *src, int64_t n, fa_dtype t)

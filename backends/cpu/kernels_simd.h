@@ -5,7 +5,7 @@
  * Vocabulary the includer defines: VF (vector), VW (lanes), MR (register rows),
  * VMASK, vmask_n(n) (first n lanes), VLOAD(p), VLOADM(p, mk), VSTORE(p, v), VSTOREM(p, mk, v),
  * VSET1(x), VZERO, VFMA(a, b, c) = a*b + c, VMUL, VADD, VSUB, VMAX, VEXP(x) (exp with
- * exp(-inf) = 0 exactly, NaN kept), VBLEND_NEGINF(x, y): lanes where x == -inf take y,
+ * exp(-inf) = 0 exactly, NaN kept), VEXP2(y) (2^y, the same rules), VBLEND_NEGINF(x, y): lanes where x == -inf take y,
  * VHSUM not needed. NR = 2 * VW.
  */
 #include <math.h>
@@ -161,27 +161,49 @@ static void gemm_colA_scaled(int m, int n, int k, const float *a, int64_t lda, c
     gemm_body(0, m, n, k, a, lda, b, ldb, c, ldc, 1, alpha);
 }
 
+/* log2(e): P = exp(t) is computed as 2^(t log2 e) (VEXP2, 10 vector ops against VEXP's 15;
+   bench/NOTES.md item 17). t = s * scale - m is formed by one FMA as before, so each P
+   stays relative to exactly the m that is stored; the product's rounding moves P by about
+   |t| 2^-24 relative. */
+#define FA_LOG2E 1.44269504088896341f
+
+/* Online softmax over one tile (columns = queries, rows = keys): m, l, alpha per column. */
 static void softmax_fwd(float *s, int nk, int nq, int64_t ld, float scale, float *m,
                         float *l, float *alpha)
 {
-    const VF vs = VSET1(scale), ninf = VSET1(-INFINITY);
+    const VF vs = VSET1(scale), l2e = VSET1(FA_LOG2E);
+    /* scale > 0: fl(x * scale) is monotone in x, so max(x) * scale is bitwise
+       max(x * scale); one multiply per column instead of one per score */
+    const int raw = scale > 0.0f;
     for (int i0 = 0; i0 < nq; i0 += VW) {
-        VF mo = VLOAD(m + i0), mx = mo;
-        for (int j = 0; j < nk; j++)
-            mx = VMAX(mx, VMUL(VLOAD(s + j * ld + i0), vs));
-        VF mu = VBLEND_NEGINF(mx, VZERO);
+        VF mo = VLOAD(m + i0), mx;
+        if (raw) {
+            VF r0 = VSET1(-INFINITY), r1 = r0;
+            int j = 0;
+            for (; j + 1 < nk; j += 2) {
+                r0 = VMAX(r0, VLOAD(s + j * ld + i0));
+                r1 = VMAX(r1, VLOAD(s + (j + 1) * ld + i0));
+            }
+            if (j < nk) r0 = VMAX(r0, VLOAD(s + j * ld + i0));
+            mx = VMAX(mo, VMUL(VMAX(r0, r1), vs));
+        } else {
+            mx = mo;
+            for (int j = 0; j < nk; j++)
+                mx = VMAX(mx, VMUL(VLOAD(s + j * ld + i0), vs));
+        }
+        VF mu = VBLEND_NEGINF(mx, VZERO), nmu = VSUB(VZERO, mu);
         VF sum0 = VZERO, sum1 = VZERO;
         int j = 0;
         for (; j + 1 < nk; j += 2) {
-            VF p0 = VEXP(VFMA(VLOAD(s + j * ld + i0), vs, VSUB(VZERO, mu)));
-            VF p1 = VEXP(VFMA(VLOAD(s + (j + 1) * ld + i0), vs, VSUB(VZERO, mu)));
+            VF p0 = VEXP2(VMUL(VFMA(VLOAD(s + j * ld + i0), vs, nmu), l2e));
+            VF p1 = VEXP2(VMUL(VFMA(VLOAD(s + (j + 1) * ld + i0), vs, nmu), l2e));
             VSTORE(s + j * ld + i0, p0);
             VSTORE(s + (j + 1) * ld + i0, p1);
             sum0 = VADD(sum0, p0);
             sum1 = VADD(sum1, p1);
         }
         for (; j < nk; j++) {
-            VF p0 = VEXP(VFMA(VLOAD(s + j * ld + i0), vs, VSUB(VZERO, mu)));
+            VF p0 = VEXP2(VMUL(VFMA(VLOAD(s + j * ld + i0), vs, nmu), l2e));
             VSTORE(s + j * ld + i0, p0);
             sum0 = VADD(sum0, p0);
         }
@@ -189,17 +211,16 @@ static void softmax_fwd(float *s, int nk, int nq, int64_t ld, float scale, float
         VSTORE(alpha + i0, a);
         VSTORE(l + i0, VFMA(VLOAD(l + i0), a, VADD(sum0, sum1)));
         VSTORE(m + i0, mx);
-        (void)ninf;
     }
 }
 
 static void exp_sub(float *s, int nk, int nq, int64_t ld, float scale, const float *lse)
 {
-    const VF vs = VSET1(scale);
+    const VF vs = VSET1(scale), l2e = VSET1(FA_LOG2E);
     for (int i0 = 0; i0 < nq; i0 += VW) {
         VF nl = VSUB(VZERO, VLOAD(lse + i0));
         for (int j = 0; j < nk; j++)
-            VSTORE(s + j * ld + i0, VEXP(VFMA(VLOAD(s + j * ld + i0), vs, nl)));
+            VSTORE(s + j * ld + i0, VEXP2(VMUL(VFMA(VLOAD(s + j * ld + i0), vs, nl), l2e)));
     }
 }
 
