@@ -8,9 +8,9 @@
  *       K, V tile -> fp32 rows [Bc][d]               (L2; V panel of NR columns in L1)
  *       S^T = K Q^T                                  gemm_rowA
  *       score pipeline (softcap, ALiBi, bias), mask  only when the call needs them
- *       online softmax: m, l, alpha per query        softmax_fwd (vector exp)
+ *       online softmax: m, l, alpha per query        softmax_fwd (vector exp2)
  *       dropout on P (a 0/1 mask), l uses undropped P; keep_scale joins 1/l at the end
- *       O = alpha O + P V                             gemm_colA
+ *       O = alpha O + P V                             gemm_colA_scaled (one pass over O)
  *     out = O / l, lse = m + log l                    (split: partials merged as fa_combine)
  *
  * Shapes: q [.., Sq, H, dqk], k/v [.., Sk, Hkv, d], out [.., Sq, H, dv] (problem.h).
