@@ -206,6 +206,7 @@ static void or_each_row(const or_seq *s, const double *q, const double *k, or_ro
 typedef struct {
     const double *q, *k, *v, *out, *dout;
     double *t1, *t2;
+    double d_weight;       /* weight of D's terms (bwd_terms_row) */
 } or_terms_arg;
 
 static void bwd_terms_row(const or_seq *s, int64_t h, int64_t i, const double *p,
@@ -224,7 +225,7 @@ static void bwd_terms_row(const or_seq *s, int64_t h, int64_t i, const double *p
         const double *vj = x->v + (j * s->hkv + hk) * s->dv;
         double a = 0.0;
         for (int64_t c = 0; c < s->dv; c++) a += fabs(doi[c] * vj[c]);
-        double t = p[j] * fabs(dc[j] * s->scale) * (fabs(or_dropout_mult(s, h, i, j)) * a + d1);
+        double t = p[j] * fabs(dc[j] * s->scale) * (fabs(or_dropout_mult(s, h, i, j)) * a + x->d_weight * d1);
         if (!isfinite(t)) continue;
         const double *kj = x->k + (j * s->hkv + hk) * s->dqk;
         double *tkj = x->t2 + (j * s->hkv + hk) * s->dqk;
@@ -243,11 +244,14 @@ static void bwd_terms_row(const or_seq *s, int64_t h, int64_t i, const double *p
    difference itself vanishes (a row whose softmax is one key). Fills
    tq[i][h][c] += sum_j P_ij |dcap_ij scale| a_ij |k_jc| and
    tk[j][hkv][c] += sum_i P_ij |dcap_ij scale| a_ij |q_ic|; rows whose probabilities are
-   not finite (NaN inputs) add nothing. out: [sq][hq][dv], the oracle's. */
+   not finite (NaN inputs) add nothing. out: [sq][hq][dv], the oracle's. d_weight
+   multiplies D's part of a_ij: D is formed from out as stored, so where out is rounded
+   coarser than fp32 (a bf16 out) its terms carry that rounding (KNOWN_FAILURES #22). */
 void or_backward_terms(const or_seq *s, const double *q, const double *k, const double *v,
-                       const double *out, const double *dout, double *tq, double *tk)
+                       const double *out, const double *dout, double d_weight, double *tq,
+                       double *tk)
 {
-    or_terms_arg x = { q, k, v, out, dout, tq, tk };
+    or_terms_arg x = { q, k, v, out, dout, tq, tk, d_weight };
     or_each_row(s, q, k, bwd_terms_row, &x);
 }
 
@@ -281,7 +285,7 @@ static void fwd_terms_row(const or_seq *s, int64_t h, int64_t i, const double *p
 void or_forward_terms(const or_seq *s, const double *q, const double *k, const double *v,
                       const double *out, double *tout)
 {
-    or_terms_arg x = { q, k, v, out, NULL, tout, NULL };
+    or_terms_arg x = { q, k, v, out, NULL, tout, NULL, 1.0 };
     or_each_row(s, q, k, fwd_terms_row, &x);
 }
 
