@@ -842,7 +842,11 @@ void tu_run(const tu_case *c)
                    c->dt. Its noise scales with the terms, not with |dsinks|: the reference
                    magnitude is ds_rss (above), and the floor is one rounding at that
                    magnitude in the data's precision (KNOWN_FAILURES #5). */
-                compare(c, be, "dsinks", g_ds, o_ds, n_ds, H, ds_dt, 3.0, ds_rss, 1.0, 0.0, smax);
+                /* plus the flush floor (#21): each row's psink_i D_i term, psink_i below
+                   2^-126 given as 0, |D_i| <= d_v max|dout| max|out| */
+                const double dsflush = (double)nq_log * 0x1p-126 * (double)dv * domax *
+                                       max_abs(o_out, nq_log * H * dv);
+                compare(c, be, "dsinks", g_ds, o_ds, n_ds, H, ds_dt, 3.0, ds_rss, 1.0, dsflush, smax);
             }
             for (int64_t r = 0; r < nq_log; r++) {
                 if (!row_masked[r]) continue;
