@@ -322,17 +322,9 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                 }
                 /* Non-finite K or V in the tile: in a partly masked pair (below) a masked
                    dS = 0 must not multiply them (0 * NaN = NaN would reach rows that cannot
-                   see the key). x * 0 is NaN exactly for Inf/NaN x. */
-                int kvbad = 0, kbad;
-                {
-                    float acc = 0.0f;
-                    for (int j = 0; j < nk; j++)
-                        for (int64_t x = 0; x < dqk; x++) acc += w.kc[j * ldk + x] * 0.0f;
-                    kbad = acc != 0.0f;
-                    for (int j = 0; j < nk; j++)
-                        for (int64_t x = 0; x < dv; x++) acc += w.vc[j * ldv + x] * 0.0f;
-                    kvbad = acc != 0.0f;
-                }
+                   see the key). */
+                int kbad = fa_cpu_nonfinite(w.kc, nk, dqk, ldk);
+                int kvbad = kbad || fa_cpu_nonfinite(w.vc, nk, dv, ldv);
                 memset(w.dk, 0, sizeof(float) * (size_t)(nk * ldk));
                 memset(w.dv, 0, sizeof(float) * (size_t)(nk * ldv));
                 for (int64_t h = hk * p->group; h < (hk + 1) * p->group; h++) {
@@ -381,14 +373,10 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                            reach (API.md item 15). */
                         int qbad = 0, dobad = 0, lbad = 0;
                         if (!full) {
-                            float aq = 0.0f, ad = 0.0f;
-                            for (int r = 0; r < ni; r++) {
-                                for (int64_t x = 0; x < dqk; x++) aq += qc[r * ldk + x] * 0.0f;
-                                for (int64_t x = 0; x < dv; x++) ad += doc[r * ldv + x] * 0.0f;
+                            for (int r = 0; r < ni; r++)
                                 if (isnan(lsev[r]) || isnan(dd[r])) lbad = 1;
-                            }
-                            qbad = aq != 0.0f;
-                            dobad = ad != 0.0f;
+                            qbad = fa_cpu_nonfinite(qc, ni, dqk, ldk);
+                            dobad = fa_cpu_nonfinite(doc, ni, dv, ldv);
                         }
                         const int sel = !full && (kvbad || qbad || dobad || lbad);
                         K->gemm_rowA(nk, ni, (int)dqk, w.kc, ldk, qt, ldq, w.s, ldq, 0);

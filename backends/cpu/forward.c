@@ -256,14 +256,7 @@ static void fwd_task(const fa_context *ctx, const fa_problem *p, const fwd_block
                               fa_krow(p, &p->k, &sq, f->b, j0 + j, hk) * (int64_t)ksz, dqk, p->k.dtype);
                     K->cvt_in(vc + j * ldv, (const char *)p->v.data +
                               fa_krow(p, &p->v, &sq, f->b, j0 + j, hk) * (int64_t)vsz, dv, p->v.dtype);
-                    /* Inf/NaN in the row: x - x is 0 exactly for finite x, NaN otherwise
-                       (an OR of compares, so the loop vectorizes; the float sum of 0 * x it
-                       replaces was a serial chain of dv adds) */
-                    const float *vr = vc + j * ldv;
-                    int bad = 0;
-#pragma omp simd reduction(|:bad)
-                    for (int64_t c = 0; c < dv; c++) bad |= !(vr[c] - vr[c] == 0.0f);
-                    if (bad) vbad = 1;
+                    if (fa_cpu_nonfinite(vc + j * ldv, 1, dv, ldv)) vbad = 1;
                 }
             }
             if (w->kall) w->packed[kb] = (unsigned char)(1 + vbad);
