@@ -54,15 +54,18 @@ static inline __m256 exp256(__m256 x)
 }
 #define VEXP(x) exp256(x)
 
-/* 2^y as exp2_512 in kernels_avx512.c, 2^n built in the exponent field (split in two
+/* exp(t) as expt_512 in kernels_avx512.c, 2^n built in the exponent field (split in two
    halves so that n = 128 does not overflow it; n >= -126 where the result is kept). */
-static inline __m256 exp2_256(__m256 y)
+static inline __m256 expt_256(__m256 t)
 {
-    __m256 tiny = _mm256_cmp_ps(y, _mm256_set1_ps(-126.0f), _CMP_LT_OQ);
-    y = _mm256_max_ps(_mm256_set1_ps(-126.0f), y);
-    y = _mm256_min_ps(_mm256_set1_ps(128.0f), y);
-    __m256 n = _mm256_round_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 f = _mm256_sub_ps(y, n);
+    const __m256 L = _mm256_set1_ps(1.44269502e+00f), Llo = _mm256_set1_ps(1.92596303e-08f);
+    __m256 yh = _mm256_mul_ps(t, L);
+    __m256 yl = _mm256_fmadd_ps(t, Llo, _mm256_fmsub_ps(t, L, yh));
+    __m256 tiny = _mm256_cmp_ps(yh, _mm256_set1_ps(-126.0f), _CMP_LT_OQ);
+    yh = _mm256_max_ps(_mm256_set1_ps(-126.0f), yh);
+    yh = _mm256_min_ps(_mm256_set1_ps(128.0f), yh);
+    __m256 n = _mm256_round_ps(yh, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 f = _mm256_add_ps(_mm256_sub_ps(yh, n), yl);
     __m256 p = _mm256_set1_ps(1.5353362e-4f);
     p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.3398875e-3f));
     p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.6184369e-3f));
@@ -77,7 +80,7 @@ static inline __m256 exp2_256(__m256 y)
     p = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
     return _mm256_andnot_ps(tiny, p);
 }
-#define VEXP2(x) exp2_256(x)
+#define VEXPT(x) expt_256(x)
 
 #include "kernels_simd.h"
 

@@ -52,15 +52,21 @@ static inline __m512 exp512(__m512 x)
 }
 #define VEXP(x) exp512(x)
 
-/* 2^y: n = round(y), f = y - n (exact, |f| <= 1/2), 2^f = 1 + f c1 + ... + f^6 c6 (fitted
-   for relative error 2e-9 on [-1/2, 1/2]; 1.3 units of 2^-24 evaluated in fp32), 2^n by
-   vscalefps. y < -126 (below the smallest normal, -inf included) gives exactly 0; NaN stays
-   NaN; +inf gives +inf. 10 operations against exp512's 15 (bench/NOTES.md item 17). */
-static inline __m512 exp2_512(__m512 y)
+/* exp(t) in base 2: y = t log2 e carried as yh + yl (yh = fl(t L), yl its rounding error
+   plus t times L's own error, so y is exact to ~2^-48 relative and P keeps the accuracy of
+   a two-part reduction; KNOWN_FAILURES #24), n = round(yh), f = (yh - n) + yl (|f| <= 1/2
+   + tiny), 2^f = 1 + f c1 + ... + f^6 c6 (fitted for relative error 2e-9 on [-1/2, 1/2];
+   1.3 units of 2^-24 evaluated in fp32), 2^n by vscalefps. yh < -126 (below the smallest
+   normal, -inf included) gives exactly 0; NaN stays NaN. 13 operations against exp512's
+   15 and its range clamps (bench/NOTES.md item 17). */
+static inline __m512 expt_512(__m512 t)
 {
-    __mmask16 tiny = _mm512_cmp_ps_mask(y, _mm512_set1_ps(-126.0f), _CMP_LT_OQ);
-    __m512 n = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 f = _mm512_sub_ps(y, n);
+    const __m512 L = _mm512_set1_ps(1.44269502e+00f), Llo = _mm512_set1_ps(1.92596303e-08f);
+    __m512 yh = _mm512_mul_ps(t, L);
+    __m512 yl = _mm512_fmadd_ps(t, Llo, _mm512_fmsub_ps(t, L, yh));
+    __mmask16 tiny = _mm512_cmp_ps_mask(yh, _mm512_set1_ps(-126.0f), _CMP_LT_OQ);
+    __m512 n = _mm512_roundscale_ps(yh, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 f = _mm512_add_ps(_mm512_sub_ps(yh, n), yl);
     __m512 p = _mm512_set1_ps(1.5353362e-4f);
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3398875e-3f));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6184369e-3f));
@@ -70,7 +76,7 @@ static inline __m512 exp2_512(__m512 y)
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
     return _mm512_maskz_scalef_ps((__mmask16)~tiny, p, n);
 }
-#define VEXP2(x) exp2_512(x)
+#define VEXPT(x) expt_512(x)
 
 #include "kernels_simd.h"
 

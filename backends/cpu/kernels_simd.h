@@ -5,7 +5,7 @@
  * Vocabulary the includer defines: VF (vector), VW (lanes), MR (register rows),
  * VMASK, vmask_n(n) (first n lanes), VLOAD(p), VLOADM(p, mk), VSTORE(p, v), VSTOREM(p, mk, v),
  * VSET1(x), VZERO, VFMA(a, b, c) = a*b + c, VMUL, VADD, VSUB, VMAX, VEXP(x) (exp with
- * exp(-inf) = 0 exactly, NaN kept), VEXP2(y) (2^y, the same rules), VBLEND_NEGINF(x, y): lanes where x == -inf take y,
+ * exp(-inf) = 0 exactly, NaN kept), VEXPT(t) (exp(t) through base 2, the same rules), VBLEND_NEGINF(x, y): lanes where x == -inf take y,
  * VHSUM not needed. NR = 2 * VW.
  */
 #include <math.h>
@@ -161,17 +161,15 @@ static void gemm_colA_scaled(int m, int n, int k, const float *a, int64_t lda, c
     gemm_body(0, m, n, k, a, lda, b, ldb, c, ldc, 1, alpha);
 }
 
-/* log2(e): P = exp(t) is computed as 2^(t log2 e) (VEXP2, 10 vector ops against VEXP's 15;
-   bench/NOTES.md item 17). t = s * scale - m is formed by one FMA as before, so each P
-   stays relative to exactly the m that is stored; the product's rounding moves P by about
-   |t| 2^-24 relative. */
-#define FA_LOG2E 1.44269504088896341f
+/* P = exp(t) by VEXPT, in base 2 with t log2 e carried in two parts (13 vector ops against
+   VEXP's 15 and its clamps; bench/NOTES.md item 17). t = s * scale - m is formed by one
+   FMA as before, so each P stays relative to exactly the m that is stored. */
 
 /* Online softmax over one tile (columns = queries, rows = keys): m, l, alpha per column. */
 static void softmax_fwd(float *s, int nk, int nq, int64_t ld, float scale, float *m,
                         float *l, float *alpha)
 {
-    const VF vs = VSET1(scale), l2e = VSET1(FA_LOG2E);
+    const VF vs = VSET1(scale);
     /* scale > 0: fl(x * scale) is monotone in x, so max(x) * scale is bitwise
        max(x * scale); one multiply per column instead of one per score */
     const int raw = scale > 0.0f;
@@ -195,15 +193,15 @@ static void softmax_fwd(float *s, int nk, int nq, int64_t ld, float scale, float
         VF sum0 = VZERO, sum1 = VZERO;
         int j = 0;
         for (; j + 1 < nk; j += 2) {
-            VF p0 = VEXP2(VMUL(VFMA(VLOAD(s + j * ld + i0), vs, nmu), l2e));
-            VF p1 = VEXP2(VMUL(VFMA(VLOAD(s + (j + 1) * ld + i0), vs, nmu), l2e));
+            VF p0 = VEXPT(VFMA(VLOAD(s + j * ld + i0), vs, nmu));
+            VF p1 = VEXPT(VFMA(VLOAD(s + (j + 1) * ld + i0), vs, nmu));
             VSTORE(s + j * ld + i0, p0);
             VSTORE(s + (j + 1) * ld + i0, p1);
             sum0 = VADD(sum0, p0);
             sum1 = VADD(sum1, p1);
         }
         for (; j < nk; j++) {
-            VF p0 = VEXP2(VMUL(VFMA(VLOAD(s + j * ld + i0), vs, nmu), l2e));
+            VF p0 = VEXPT(VFMA(VLOAD(s + j * ld + i0), vs, nmu));
             VSTORE(s + j * ld + i0, p0);
             sum0 = VADD(sum0, p0);
         }
@@ -216,11 +214,11 @@ static void softmax_fwd(float *s, int nk, int nq, int64_t ld, float scale, float
 
 static void exp_sub(float *s, int nk, int nq, int64_t ld, float scale, const float *lse)
 {
-    const VF vs = VSET1(scale), l2e = VSET1(FA_LOG2E);
+    const VF vs = VSET1(scale);
     for (int i0 = 0; i0 < nq; i0 += VW) {
         VF nl = VSUB(VZERO, VLOAD(lse + i0));
         for (int j = 0; j < nk; j++)
-            VSTORE(s + j * ld + i0, VEXP2(VMUL(VFMA(VLOAD(s + j * ld + i0), vs, nl), l2e)));
+            VSTORE(s + j * ld + i0, VEXPT(VFMA(VLOAD(s + j * ld + i0), vs, nl)));
     }
 }
 
