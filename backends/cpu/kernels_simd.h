@@ -5,7 +5,8 @@
  * Vocabulary the includer defines: VF (vector), VW (lanes), MR (register rows),
  * VMASK, vmask_n(n) (first n lanes), VLOAD(p), VLOADM(p, mk), VSTORE(p, v), VSTOREM(p, mk, v),
  * VSET1(x), VZERO, VFMA(a, b, c) = a*b + c, VMUL, VADD, VSUB, VMAX, VEXP(x) (exp with
- * exp(-inf) = 0 exactly, NaN kept), VEXPT(t) (exp(t) through base 2, the same rules), VBLEND_NEGINF(x, y): lanes where x == -inf take y,
+ * exp(-inf) = 0 exactly, NaN kept), VEXPT(t) (exp(t) through base 2, the same rules),
+ * VBLEND_NEGINF(x, y): lanes where x == -inf take y,
  * VHSUM not needed. NR = 2 * VW.
  */
 #include <math.h>
@@ -161,11 +162,10 @@ static void gemm_colA_scaled(int m, int n, int k, const float *a, int64_t lda, c
     gemm_body(0, m, n, k, a, lda, b, ldb, c, ldc, 1, alpha);
 }
 
-/* P = exp(t) by VEXPT, in base 2 with t log2 e carried in two parts (13 vector ops against
+/* Online softmax over one tile (columns = queries, rows = keys): m, l, alpha per column.
+   P = exp(t) by VEXPT, in base 2 with t log2 e carried in two parts (13 vector ops against
    VEXP's 15 and its clamps; bench/NOTES.md item 17). t = s * scale - m is formed by one
    FMA as before, so each P stays relative to exactly the m that is stored. */
-
-/* Online softmax over one tile (columns = queries, rows = keys): m, l, alpha per column. */
 static void softmax_fwd(float *s, int nk, int nq, int64_t ld, float scale, float *m,
                         float *l, float *alpha)
 {

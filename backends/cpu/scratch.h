@@ -77,7 +77,6 @@ static inline int64_t fa_sz_ceil_div(int64_t n, int64_t d)
     return n / d + (n % d != 0);
 }
 
-/* Does the call need the per-element score pipeline (the "slow" pre-pass)? */
 /* 1 when one of the rows x[r*ld + c] (r < rows, c < n) is Inf or NaN: x - x is 0 exactly
    for finite x and NaN otherwise. An OR of compares, which the compiler vectorizes (a
    float sum of 0 * x, which it may not reorder, was a serial chain of adds). */
@@ -92,6 +91,7 @@ static inline int fa_cpu_nonfinite(const float *x, int rows, int64_t n, int64_t 
     return bad;
 }
 
+/* Does the call need the per-element score pipeline (the "slow" pre-pass)? */
 static inline int fa_cpu_slow_scores(const fa_problem *p)
 {
     return p->softcap > 0.0f || p->alibi || p->has_bias || !(p->scale > 0.0f);
