@@ -15,6 +15,8 @@
  *   backward cuda/sm80: FlashAttention-2 style (backward_sm80.cuh): per 64 keys of a KV head,
  *            loop over the query tiles of the group; dK/dV in registers, dQ by fp32 atomics
  *            (deterministic=1: one launch per KV tile), pre/post kernels in backward_aux.cu.
+ *   fp32     cuda/simt (simt_f32.cuh): fp32 q/k/v, forward and backward with fp32 FMA on the
+ *            CUDA cores, every feature, any head dim up to 256.
  */
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -158,6 +160,11 @@ static void cuda_describe(const fa_context *ctx, char *buf, size_t len)
                "atomically into an fp32 workspace; deterministic=1: one launch per KV tile; a lean "
                "instantiation without the softcap, ALiBi, bias and dropout stages serves calls that use none), "
                "D = rowsum(dO*O) and dQ conversion kernels, fp16/bf16, head-dim classes 64/128/256\n");
+    H->appendf(buf, len,
+               "fp32 q/k/v: cuda/simt kernels (fp32 FMA on the CUDA cores, no tensor cores: tf32 would "
+               "miss the fp32 tolerance), every feature, any head dim up to 256; forward 64 query rows x "
+               "32 keys per tile, backward 32 keys x %d/%d query rows (d <= 64 / larger), 256 threads\n",
+               fa_f32_bwd_bq(64), fa_f32_bwd_bq(128));
     H->appendf(buf, len, "stream: %p%s\n", (void *)im->stream, im->stream ? "" : " (default)");
 }
 
@@ -223,37 +230,44 @@ static fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, in
 {
     cuda_impl *im = IMPL(ctx);
     memset(k, 0, sizeof *k);
-    if (p->q.dtype == FA_F32)
+    const int f32 = p->q.dtype == FA_F32;
+    if (f32 ? p->dqk > 256 || p->dv > 256 : p->dqk % 8 || p->dv % 8 || p->dqk > 256 || p->dv > 256)
         return H->set_error(ctx, FA_ERR_UNSUPPORTED,
-                            "cuda: fp32 q/k/v are not supported by the GPU kernels (fp16 and bf16 only); "
-                            "use the cpu backend or convert to bf16");
-    if (p->dqk % 8 || p->dv % 8 || p->dqk > 256 || p->dv > 256)
-        return H->set_error(ctx, FA_ERR_UNSUPPORTED,
-                            "cuda: head dims d_qk=%lld, d_v=%lld: the GPU kernels need multiples of 8 up to 256",
+                            f32 ? "cuda: head dims d_qk=%lld, d_v=%lld: the fp32 kernels take head dims up to 256"
+                                : "cuda: head dims d_qk=%lld, d_v=%lld: the fp16/bf16 kernels need multiples of 8 up to 256",
                             (long long)p->dqk, (long long)p->dv);
     int64_t dm = p->dqk > p->dv ? p->dqk : p->dv;
     *D = dm <= 64 ? 64 : dm <= 128 ? 128 : 256;
+    if (f32) {
+        /* fp32 q/k/v: the fp32-FMA kernels (simt_f32.cuh), every feature, scalar loads
+           (4-byte alignment, any strides) */
+        *fast = 3;
+        if (fa_f32_fwd_smem(*D) > im->smem_optin)
+            return H->set_error(ctx, FA_ERR_UNSUPPORTED,
+                                "cuda: the fp32 forward of head-dim class %d needs %d KiB shared memory per block; %s allows %d KiB",
+                                *D, fa_f32_fwd_smem(*D) / 1024, im->name, im->smem_optin / 1024);
+    }
     /* The fast kernel serves the common feature set; why not, when it does not. */
-    const char *general_why = im->force_general ? "FA_CUDA_FWD=general"
+    const char *general_why = f32 ? "fp32" : im->force_general ? "FA_CUDA_FWD=general"
                               : p->has_bias ? "bias" : p->alibi ? "alibi" : p->softcap > 0.f ? "softcap"
                               : p->dropout_p > 0.f ? "dropout" : !(p->scale > 0.f) ? "scale <= 0"
                               : fa_fwd_fast_smem(*D) > im->smem_optin ? "shared memory" : NULL;
-    *fast = general_why == NULL;
-    if (*fast && im->use_sm90 && fa_fwd_sm90_smem(*D) <= im->smem_optin) *fast = 2;
+    if (!f32) *fast = general_why == NULL;
+    if (*fast == 1 && im->use_sm90 && fa_fwd_sm90_smem(*D) <= im->smem_optin) *fast = 2;
     if (!*fast && fa_fwd_smem(*D) > im->smem_optin)
         return H->set_error(ctx, FA_ERR_UNSUPPORTED,
                             "cuda: head-dim class %d needs %d KiB shared memory per block; %s allows %d KiB",
                             *D, fa_fwd_smem(*D) / 1024, im->name, im->smem_optin / 1024);
     const fa_tensor *ts[3] = { &p->q, &p->k, &p->v };
     const char *tn[3] = { "q", "k", "v" };
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 3 && !f32; i++)
         if (!aligned16(ts[i]))
             return H->set_error(ctx, FA_ERR_UNSUPPORTED,
                                 "cuda: %s must be 16-byte aligned with strides multiples of 8 elements "
                                 "(got data %p, strides %lld, %lld, %lld)", tn[i], ts[i]->data,
                                 (long long)ts[i]->stride[0], (long long)ts[i]->stride[1], (long long)ts[i]->stride[2]);
     const fa_tensor *o = &p->out;
-    if ((uintptr_t)o->data % (o->dtype == FA_F32 ? 8 : 4) || o->stride[0] % 2 || o->stride[1] % 2 || o->stride[2] % 2)
+    if (!f32 && ((uintptr_t)o->data % (o->dtype == FA_F32 ? 8 : 4) || o->stride[0] % 2 || o->stride[1] % 2 || o->stride[2] % 2))
         return H->set_error(ctx, FA_ERR_UNSUPPORTED,
                             "cuda: out must be aligned to 2 elements with even strides");
     const int64_t big = (int64_t)1 << 30;
@@ -291,7 +305,7 @@ static fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, in
         k->dropout_p = p->dropout_p; k->drop_k0 = p->drop.k0; k->drop_k1 = p->drop.k1;
         k->drop_threshold = p->drop.threshold; k->keep_scale = p->drop.keep_scale;
     }
-    const int bm = *fast == 2 ? FA_FWD_SM90_BM : *fast ? fa_fwd_fast_bm(*D) : 128;
+    const int bm = *fast == 3 ? FA_F32_FWD_BM : *fast == 2 ? FA_FWD_SM90_BM : *fast ? fa_fwd_fast_bm(*D) : 128;
     k->m_blocks = (int)((p->max_sq + bm - 1) / bm);
     if (k->m_blocks == 0) k->m_blocks = 1;
     /* Split-KV when the grid would leave SMs idle; depends on shapes and the SM count only. */
@@ -306,7 +320,10 @@ static fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, in
     }
     k->n_splits = splits;
     *blocks = base * splits;
-    if (*fast == 2)
+    if (*fast == 3)
+        snprintf(im->qname, sizeof im->qname, "cuda/simt fwd fp32 d%d fp32 FMA %dx%d 256 threads%s", *D, bm,
+                 FA_F32_FWD_BN, splits > 1 ? " split-kv" : "");
+    else if (*fast == 2)
         snprintf(im->qname, sizeof im->qname, "cuda/sm90 fwd %s d%d wgmma %dx%d 2 warpgroups%s", dtname(p->q.dtype), *D,
                  bm, fa_fwd_sm90_bn(*D), splits > 1 ? " split-kv" : "");
     else if (*fast)
@@ -396,8 +413,8 @@ static fa_status cuda_forward(fa_context *ctx, const fa_problem *p)
     cudaSetDevice(im->device);
     if (im->debug && (st = debug_check(ctx, p)) != FA_OK) return st;
     H->verbose(ctx, "cuda: forward %s (%lld blocks of %d threads, %d B shared memory)", im->qname,
-               (long long)blocks, fast == 2 ? FA_FWD_SM90_NT : fast ? FA_FWD_FAST_NT : 256,
-               fast == 2 ? fa_fwd_sm90_smem(D) : fast ? fa_fwd_fast_smem(D) : fa_fwd_smem(D));
+               (long long)blocks, fast == 3 ? FA_F32_NT : fast == 2 ? FA_FWD_SM90_NT : fast ? FA_FWD_FAST_NT : 256,
+               fast == 3 ? fa_f32_fwd_smem(D) : fast == 2 ? fa_fwd_sm90_smem(D) : fast ? fa_fwd_fast_smem(D) : fa_fwd_smem(D));
     if (blocks == 0 || p->hq == 0 || p->batch == 0) return FA_OK;
     void *ws = NULL;
     cudaError_t e = cudaSuccess;
@@ -410,7 +427,12 @@ static fa_status cuda_forward(fa_context *ctx, const fa_problem *p)
         k.lse_part = k.o_part + (size_t)k.n_splits * rows * p->dv;
     }
     const bool bf = p->q.dtype == FA_BF16;
-    if (fast == 2) {
+    if (fast == 3) switch (D) {
+    case 64: e = fa_f32_fwd_launch<64>(k, blocks, im->stream); break;
+    case 128: e = fa_f32_fwd_launch<128>(k, blocks, im->stream); break;
+    default: e = fa_f32_fwd_launch<256>(k, blocks, im->stream); break;
+    }
+    else if (fast == 2) {
 #if FA_SM90A
         const int vd = im->sm90_vdesc;
         switch (D) {
@@ -449,8 +471,9 @@ static fa_status cuda_forward(fa_context *ctx, const fa_problem *p)
 }
 
 /* Can the backward kernels serve p? Fills the launch parameters (the forward's plan for
-   q, k, v, out and the options, then dout, the gradients and the grid). */
-static fa_status bwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_bwd *k, int *D, int64_t *blocks, int *sm90)
+   q, k, v, out and the options, then dout, the gradients and the grid) and *path: 0 the
+   sm80 kernel, 1 the Hopper kernel, 2 the fp32 kernel. */
+static fa_status bwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_bwd *k, int *D, int64_t *blocks, int *path)
 {
     cuda_impl *im = IMPL(ctx);
     int64_t fb;
@@ -460,16 +483,21 @@ static fa_status bwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_bwd *k, in
         return H->set_error(ctx, FA_ERR_UNSUPPORTED, "cuda: no backward for the KV-cache layout");
     fa_status st = fwd_plan(ctx, p, &k->f, D, &fb, &ffast);
     if (st != FA_OK) return st;
-    if (fa_bwd_smem(*D) > im->smem_optin)
+    const int f32 = ffast == 3;
+    if (f32 && fa_f32_bwd_smem(*D) > im->smem_optin)
+        return H->set_error(ctx, FA_ERR_UNSUPPORTED,
+                            "cuda: the fp32 backward of head-dim class %d needs %d KiB shared memory per block; %s allows %d KiB",
+                            *D, fa_f32_bwd_smem(*D) / 1024, im->name, im->smem_optin / 1024);
+    if (!f32 && fa_bwd_smem(*D) > im->smem_optin)
         return H->set_error(ctx, FA_ERR_UNSUPPORTED,
                             "cuda: the backward of head-dim class %d needs %d KiB shared memory per block "
                             "(K, V, double-buffered Q, dO: 64 x %d each); %s allows %d KiB",
                             *D, fa_bwd_smem(*D) / 1024, *D, im->name, im->smem_optin / 1024);
-    if (!aligned16(&p->dout))
+    if (!f32 && !aligned16(&p->dout))
         return H->set_error(ctx, FA_ERR_UNSUPPORTED,
                             "cuda: dout must be 16-byte aligned with strides multiples of 8 elements");
     const fa_tensor *gs[2] = { &p->grad_k, &p->grad_v };
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 2 && !f32; i++) {
         const fa_tensor *g = gs[i];
         if ((uintptr_t)g->data % (g->dtype == FA_F32 ? 8 : 4) || g->stride[0] % 2 || g->stride[1] % 2 || g->stride[2] % 2)
             return H->set_error(ctx, FA_ERR_UNSUPPORTED, "cuda: %s must be aligned to 2 elements with even strides",
@@ -488,12 +516,15 @@ static fa_status bwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_bwd *k, in
     k->dv_sb = p->grad_v.stride[0]; k->dv_ss = p->grad_v.stride[1]; k->dv_sh = p->grad_v.stride[2];
     k->dsinks = p->dsinks;
     k->max_sq = (int)p->max_sq;
-    *sm90 = im->use_sm90_bwd && fa_bwd_lean(*k) && fa_bwd_sm90_smem(*D) <= im->smem_optin;
-    const int bn = *sm90 ? fa_bwd_sm90_bn(*D) : 64;
+    *path = f32 ? 2 : im->use_sm90_bwd && fa_bwd_lean(*k) && fa_bwd_sm90_smem(*D) <= im->smem_optin;
+    const int bn = f32 ? FA_F32_BWD_BN : *path ? fa_bwd_sm90_bn(*D) : 64;
     k->n_blocks = (int)((p->max_sk + bn - 1) / bn);
     k->kv_tile = -1;
     *blocks = p->batch * p->hkv * k->n_blocks;
-    if (*sm90)
+    if (f32)
+        snprintf(im->qname, sizeof im->qname, "cuda/simt bwd fp32 d%d fp32 FMA %dx%d 256 threads%s", *D, FA_F32_BWD_BN,
+                 fa_f32_bwd_bq(*D), p->deterministic ? " deterministic" : "");
+    else if (*path)
         snprintf(im->qname, sizeof im->qname, "cuda/sm90 bwd %s d%d wgmma %dx%d 2 warpgroups%s%s", dtname(p->q.dtype), *D,
                  fa_bwd_sm90_bn(*D), FA_BWD_SM90_BQ, *D > 128 ? " dK/dV columns split" : "",
                  p->deterministic ? " deterministic" : "");
@@ -540,9 +571,9 @@ static fa_status cuda_backward(fa_context *ctx, const fa_problem *p)
 {
     cuda_impl *im = IMPL(ctx);
     fa_cu_bwd k;
-    int D, sm90;
+    int D, path;
     int64_t blocks;
-    fa_status st = bwd_plan(ctx, p, &k, &D, &blocks, &sm90);
+    fa_status st = bwd_plan(ctx, p, &k, &D, &blocks, &path);
     if (st != FA_OK) return st;
     if ((st = check_pointers(ctx, p)) != FA_OK) return st;
 #define CKP(ptr, nm) if ((st = check_ptr(ctx, ptr, nm)) != FA_OK) return st
@@ -552,7 +583,8 @@ static fa_status cuda_backward(fa_context *ctx, const fa_problem *p)
     cudaSetDevice(im->device);
     if (im->debug && (st = debug_check(ctx, p)) != FA_OK) return st;
     H->verbose(ctx, "cuda: backward %s (%lld blocks of %d threads, %d B shared memory)", im->qname,
-               (long long)blocks, sm90 || D > 64 ? 256 : 128, sm90 ? fa_bwd_sm90_smem(D) : fa_bwd_smem(D));
+               (long long)blocks, path || D > 64 ? 256 : 128,
+               path == 2 ? fa_f32_bwd_smem(D) : path ? fa_bwd_sm90_smem(D) : fa_bwd_smem(D));
     if (p->batch == 0 || p->hq == 0) return FA_OK;
     /* fp32 workspace: D_i and dQ, rows in the lse layout */
     const int64_t rows = p->layout == FA_LAYOUT_VARLEN ? p->hq * p->q.shape[1] : p->batch * p->hq * p->q.shape[1];
@@ -571,13 +603,18 @@ static fa_status cuda_backward(fa_context *ctx, const fa_problem *p)
     const int64_t lb = p->deterministic ? p->batch * p->hkv : blocks;
 #if FA_SM90A
     CUtensorMap dqm;
-    const void *dq_map = sm90 && dq_tensor_map(im, &dqm, k.dq_acc, rows, p->dqk) ? &dqm : NULL;
-    if (sm90) H->verbose(ctx, "cuda: dQ added by %s", dq_map ? "the tensor-map reduce" : "atomics (no tensor map)");
+    const void *dq_map = path == 1 && dq_tensor_map(im, &dqm, k.dq_acc, rows, p->dqk) ? &dqm : NULL;
+    if (path == 1) H->verbose(ctx, "cuda: dQ added by %s", dq_map ? "the tensor-map reduce" : "atomics (no tensor map)");
 #endif
     for (int t = 0; t < nl && e == cudaSuccess && lb > 0; t++) {
         k.kv_tile = p->deterministic ? t : -1;
+        if (path == 2) {
+            e = D == 64 ? fa_f32_bwd_launch<64>(k, lb, im->stream)
+                : D == 128 ? fa_f32_bwd_launch<128>(k, lb, im->stream) : fa_f32_bwd_launch<256>(k, lb, im->stream);
+            continue;
+        }
 #if FA_SM90A
-        if (sm90) {
+        if (path) {
             if (D == 64)
                 e = bf ? fa_bwd_sm90_launch<__nv_bfloat16, 64>(k, lb, im->stream, dq_map) : fa_bwd_sm90_launch<__half, 64>(k, lb, im->stream, dq_map);
             else if (D == 128)
@@ -603,9 +640,9 @@ static fa_status cuda_query(fa_context *ctx, const fa_problem *p, int backward, 
 {
     if (backward) {
         fa_cu_bwd kb;
-        int Db, s9;
+        int Db, path;
         int64_t bb;
-        fa_status sb = bwd_plan(ctx, p, &kb, &Db, &bb, &s9);
+        fa_status sb = bwd_plan(ctx, p, &kb, &Db, &bb, &path);
         if (sb != FA_OK) return sb;
         *name = IMPL(ctx)->qname;
         return FA_OK;

@@ -83,6 +83,29 @@ static inline int fa_bwd_smem(int D) { return (2 * 64 * D + 4 * 64 * D + 64 * 64
 cudaError_t fa_bwd_pre_launch(const fa_cu_bwd &p, cudaStream_t st);
 cudaError_t fa_bwd_post_launch(const fa_cu_bwd &p, cudaStream_t st);
 
+/* simt_f32_{fwd,bwd}.cu: the fp32 path (simt_f32.cuh): fp32 q/k/v with fp32 FMA, every
+   feature, any head dim up to 256 (classes D = 64/128/256), 256 threads per block.
+   Forward: 64 query rows per block, KV tiles of 32 keys; shared memory Q [64][D+4],
+   K and V [32][D+4], P [32][68] floats. Backward: 32 keys per block, query tiles of
+   fa_f32_bwd_bq(D) rows; K, V [32][D+4], Q, dO [BQ][D+4], P Z and dS [32][BQ+4], lse and
+   D rows. */
+#define FA_F32_NT 256
+#define FA_F32_FWD_BM 64
+#define FA_F32_FWD_BN 32
+#define FA_F32_BWD_BN 32
+static constexpr inline int fa_f32_bwd_bq(int D) { return D >= 128 ? 32 : 64; }
+static constexpr inline int fa_f32_fwd_smem(int D)
+{
+    return (FA_F32_FWD_BM * (D + 4) + 2 * FA_F32_FWD_BN * (D + 4) + FA_F32_FWD_BN * (FA_F32_FWD_BM + 4)) * 4;
+}
+static constexpr inline int fa_f32_bwd_smem(int D)
+{
+    return (2 * FA_F32_BWD_BN * (D + 4) + 2 * fa_f32_bwd_bq(D) * (D + 4) + 2 * FA_F32_BWD_BN * (fa_f32_bwd_bq(D) + 4) +
+            2 * fa_f32_bwd_bq(D)) * 4;
+}
+template <int D> cudaError_t fa_f32_fwd_launch(const fa_cu_fwd &p, int64_t blocks, cudaStream_t st);
+template <int D> cudaError_t fa_f32_bwd_launch(const fa_cu_bwd &p, int64_t blocks, cudaStream_t st);
+
 cudaError_t fa_combine_launch(const fa_cu_combine &c, int sms, cudaStream_t st);
 cudaError_t fa_kv_append_launch(const fa_cu_fwd &p, const fa_cu_append &a, int es, int sms, cudaStream_t st);
 cudaError_t fa_probe(void);

@@ -9,9 +9,10 @@
  * finite too), not constants: constant or zero data lowers the tensor cores' power draw and
  * can time faster than real data.
  * Half a second of forwards (bf16 d128 S4k) runs before the first timed cell.
- * Usage: bench_gpu [quick] [fwd] [dN] [SN] [cN] [bf16|fp16]
+ * Usage: bench_gpu [quick] [fwd] [dN] [SN] [cN] [bf16|fp16|fp32]
  *   fwd: forward only; dN, SN, cN, bf16/fp16: only the cells with that head dim, sequence
  *   length, causal flag or dtype (for profilers: e.g. `bench_gpu d128 S8192 c0 bf16`).
+ *   fp32: the fp32 cells instead (not in the default sweep; inputs uniform in +-[1/4, 2]).
  * FA_CUDA_FWD=general in the environment times the general forward kernel (cuda.cu).
  */
 #include <stdio.h>
@@ -32,6 +33,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "fwd")) fwd_only = 1;
         else if (!strcmp(argv[i], "bf16")) only_t = 0;
         else if (!strcmp(argv[i], "fp16")) only_t = 1;
+        else if (!strcmp(argv[i], "fp32")) only_t = 2;
         else if (argv[i][0] == 'd' && atoi(argv[i] + 1) > 0) only_d = atoi(argv[i] + 1);
         else if (argv[i][0] == 'S' && atoi(argv[i] + 1) > 0) only_s = atoi(argv[i] + 1);
         else if (argv[i][0] == 'c' && (argv[i][1] == '0' || argv[i][1] == '1') && !argv[i][2]) only_c = argv[i][1] - '0';
@@ -56,9 +58,27 @@ int main(int argc, char **argv)
             cudaMemcpy(buf[s][i], host, bytes, cudaMemcpyHostToDevice);
         }
     free(host);
+    /* fp32 cells: their own buffers of 4-byte elements */
+    void *fbuf[2][4] = { { NULL } };
+    if (only_t == 2) {
+        float *fh = (float *)malloc(bytes * 2);
+        if (!fh) { fprintf(stderr, "malloc failed\n"); return 1; }
+        for (int s = 0; s < 2; s++)
+            for (int i = 0; i < 4; i++) {
+                if (cudaMalloc(&fbuf[s][i], bytes * 2) != cudaSuccess) { fprintf(stderr, "cudaMalloc failed\n"); return 1; }
+                for (size_t e = 0; e < bytes / 2; e++) {
+                    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+                    unsigned r = (unsigned)(x >> 32);
+                    float m = 0.25f + 1.75f * (float)(r & 0xffffu) / 65535.f;
+                    fh[e] = (r >> 31) ? -m : m;
+                }
+                cudaMemcpy(fbuf[s][i], fh, bytes * 2, cudaMemcpyHostToDevice);
+            }
+        free(fh);
+    }
     void *grad[3];
     for (int i = 0; i < 3; i++)
-        if (cudaMalloc(&grad[i], bytes) != cudaSuccess) { fprintf(stderr, "cudaMalloc failed\n"); return 1; }
+        if (cudaMalloc(&grad[i], only_t == 2 ? bytes * 2 : bytes) != cudaSuccess) { fprintf(stderr, "cudaMalloc failed\n"); return 1; }
     float *lse[2];
     cudaMalloc((void **)&lse[0], tok * 256 * 4); cudaMalloc((void **)&lse[1], tok * 256 * 4);
     cudaEvent_t e0, e1;
@@ -81,15 +101,17 @@ int main(int argc, char **argv)
         }
     }
     printf("who,dir,dtype,d,S,causal,ms,tflops\n");
-    for (int ti = 0; ti < 2; ti++)
+    for (int ti = 0; ti < 3; ti++)
         for (int di = 0; di < 3; di++)
             for (int si = 0; si < 6; si++)
                 for (int c = 0; c < 2; c++) {
-                    if (quick && (si % 2 || ti)) continue;
+                    if (quick && (si % 2 || ti == 1)) continue;
+                    if ((ti == 2) != (only_t == 2)) continue;   /* fp32 only when asked for */
                     if ((only_d && ds[di] != only_d) || (only_s && Ss[si] != only_s) || (only_c >= 0 && c != only_c) ||
                         (only_t >= 0 && ti != only_t))
                         continue;
-                    fa_dtype t = ti ? FA_F16 : FA_BF16;
+                    fa_dtype t = ti == 2 ? FA_F32 : ti ? FA_F16 : FA_BF16;
+                    void *(*bs)[4] = ti == 2 ? fbuf : buf;
                     int d = ds[di], S = Ss[si], B = (int)(tok / S), H = (int)(hidden / d);
                     fa_options o = {0};
                     o.causal = c ? FA_CAUSAL_BOTTOM_RIGHT : FA_CAUSAL_NONE;
@@ -97,8 +119,8 @@ int main(int argc, char **argv)
                     fa_status st = FA_OK;
                     for (int r = 0; r < WARM + REPS && st == FA_OK; r++) {
                         int s = r & 1;
-                        fa_tensor q = fa_tensor_contiguous(buf[s][0], t, B, S, H, d), k = fa_tensor_contiguous(buf[s][1], t, B, S, H, d);
-                        fa_tensor v = fa_tensor_contiguous(buf[s][2], t, B, S, H, d), out = fa_tensor_contiguous(buf[s][3], t, B, S, H, d);
+                        fa_tensor q = fa_tensor_contiguous(bs[s][0], t, B, S, H, d), k = fa_tensor_contiguous(bs[s][1], t, B, S, H, d);
+                        fa_tensor v = fa_tensor_contiguous(bs[s][2], t, B, S, H, d), out = fa_tensor_contiguous(bs[s][3], t, B, S, H, d);
                         cudaEventRecord(e0, 0);
                         st = fa_forward(ctx, &out, lse[s], &q, &k, &v, &o);
                         cudaEventRecord(e1, 0);
@@ -106,7 +128,7 @@ int main(int argc, char **argv)
                         if (r >= WARM) cudaEventElapsedTime(&ms[r - WARM], e0, e1);
                     }
                     double fl = 4.0 * B * H * (double)S * S * d / (c ? 2 : 1);
-                    const char *tn = t == FA_BF16 ? "bf16" : "fp16";
+                    const char *tn = t == FA_BF16 ? "bf16" : t == FA_F16 ? "fp16" : "fp32";
                     if (st != FA_OK) { printf("ours,fwd,%s,%d,%d,%d,nan,nan\n", tn, d, S, c); fprintf(stderr, "fwd: %s\n", fa_last_error(ctx)); }
                     else {
                         qsort(ms, REPS, sizeof(float), cmpf);
@@ -118,8 +140,8 @@ int main(int argc, char **argv)
                     st = FA_OK;
                     for (int r = 0; r < WARM + REPS && st == FA_OK; r++) {
                         int s = r & 1;
-                        fa_tensor q = fa_tensor_contiguous(buf[s][0], t, B, S, H, d), k = fa_tensor_contiguous(buf[s][1], t, B, S, H, d);
-                        fa_tensor v = fa_tensor_contiguous(buf[s][2], t, B, S, H, d), out = fa_tensor_contiguous(buf[s][3], t, B, S, H, d);
+                        fa_tensor q = fa_tensor_contiguous(bs[s][0], t, B, S, H, d), k = fa_tensor_contiguous(bs[s][1], t, B, S, H, d);
+                        fa_tensor v = fa_tensor_contiguous(bs[s][2], t, B, S, H, d), out = fa_tensor_contiguous(bs[s][3], t, B, S, H, d);
                         fa_tensor gq = fa_tensor_contiguous(grad[0], t, B, S, H, d), gk = fa_tensor_contiguous(grad[1], t, B, S, H, d);
                         fa_tensor gv = fa_tensor_contiguous(grad[2], t, B, S, H, d);
                         cudaEventRecord(e0, 0);

@@ -2,13 +2,16 @@
 """torch SDPA (flash = FA2, cuDNN, efficient) on the GPU sweep of PERFORMANCE.md, timed the
 same way as bench/gpu/bench_gpu.c (CUDA events, median of 10 after 3 warm-ups), and the
 ratios ours/peer when given our CSV.
-Usage: torch_sdpa_gpu.py [--ours ours.csv] [--quick] [--bf16] > peers.csv  (--bf16: bf16 cells only)"""
+Usage: torch_sdpa_gpu.py [--ours ours.csv] [--quick] [--bf16|--fp32] > peers.csv
+  --bf16: bf16 cells only; --fp32: the fp32 cells instead (torch's efficient backend is the
+  one of the three that takes fp32)."""
 import sys, statistics, torch
 from torch.nn.attention import sdpa_kernel, SDPBackend
 import torch.nn.functional as F
 
 quick = "--quick" in sys.argv
 bf16_only = "--bf16" in sys.argv
+fp32 = "--fp32" in sys.argv
 ours = {}
 if "--ours" in sys.argv:
     for line in open(sys.argv[sys.argv.index("--ours") + 1]):
@@ -25,9 +28,10 @@ def timeit(fn, warm=3, reps=10):
 
 backs = [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
          ("efficient", SDPBackend.EFFICIENT_ATTENTION)]
+if fp32: backs = backs[2:]
 print("who,dir,dtype,d,S,causal,ms,tflops")
 rows = []
-for dt, tn in ((torch.bfloat16, "bf16"), (torch.float16, "fp16")):
+for dt, tn in ((torch.float32, "fp32"),) if fp32 else ((torch.bfloat16, "bf16"), (torch.float16, "fp16")):
     for d in (64, 128, 256):
         for si, S in enumerate((512, 1024, 2048, 4096, 8192, 16384)):
             for c in (0, 1):
@@ -57,9 +61,11 @@ for dt, tn in ((torch.bfloat16, "bf16"), (torch.float16, "fp16")):
                 torch.cuda.empty_cache()
 if ours:
     print("\n# ratios ours/peer (TFLOP/s), fwd", file=sys.stderr)
-    print("# dtype d S causal | ours | flash cudnn efficient | ours/flash ours/cudnn", file=sys.stderr)
+    names = [n for n, _ in backs]
+    print("# dir dtype d S causal | ours | " + " ".join(names) + " | " + " ".join("ours/" + n for n in names[:2]),
+          file=sys.stderr)
     peer = {(r[0], r[1], r[2], r[3], r[4], r[5]): r[6] for r in rows}
     for (dirn, tn, d, S, c), t in sorted(ours.items()):
-        p = [peer.get((n, dirn, tn, d, S, c), float("nan")) for n, _ in backs]
-        print(f"{dirn} {tn} d{d} S{S} c{c} | {t:7.1f} | {p[0]:7.1f} {p[1]:7.1f} {p[2]:7.1f} | "
-              f"{t / p[0]:5.2f} {t / p[1]:5.2f}", file=sys.stderr)
+        p = [peer.get((n, dirn, tn, d, S, c), float("nan")) for n in names]
+        print(f"{dirn} {tn} d{d} S{S} c{c} | {t:7.1f} | " + " ".join(f"{x:7.1f}" for x in p) + " | " +
+              " ".join(f"{t / x:5.2f}" for x in p[:2]), file=sys.stderr)
