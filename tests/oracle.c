@@ -209,29 +209,62 @@ typedef struct {
     double d_weight;       /* weight of D's terms (bwd_terms_row) */
 } or_terms_arg;
 
+/* The walk both term helpers share: row (h, i)'s KV head and rows of q and out, then each
+   visible key j in turn with its rows of k and v, its weight g = P_ij |dcap_ij scale| and
+   its dropout multiplier. */
+typedef struct {
+    const or_seq *s;
+    const or_terms_arg *x;
+    const double *p, *dc;
+    int64_t h, i, hk, j;
+    const double *qi, *oi;  /* rows (i, h) of q and out */
+    const double *kj, *vj;  /* rows (j, hk) of k and v */
+    double g, mult;
+} or_key_walk;
+
+static or_key_walk or_walk_row(const or_seq *s, int64_t h, int64_t i, const double *p,
+                               const double *dc, const or_terms_arg *x)
+{
+    or_key_walk w = { .s = s, .x = x, .p = p, .dc = dc, .h = h, .i = i,
+                      .hk = h / (s->hq / s->hkv), .j = -1,
+                      .qi = x->q + (i * s->hq + h) * s->dqk,
+                      .oi = x->out + (i * s->hq + h) * s->dv };
+    return w;
+}
+
+/* Steps to the next visible key; 0 past the last. */
+static int or_walk_next(or_key_walk *w)
+{
+    const or_seq *s = w->s;
+    while (++w->j < s->sk) {
+        if (!or_visible(s, w->i, w->j)) continue;
+        w->kj = w->x->k + (w->j * s->hkv + w->hk) * s->dqk;
+        w->vj = w->x->v + (w->j * s->hkv + w->hk) * s->dv;
+        w->g = w->p[w->j] * fabs(w->dc[w->j] * s->scale);
+        w->mult = or_dropout_mult(s, w->h, w->i, w->j);
+        return 1;
+    }
+    return 0;
+}
+
 static void bwd_terms_row(const or_seq *s, int64_t h, int64_t i, const double *p,
                           const double *dc, void *arg)
 {
     const or_terms_arg *x = arg;
-    int64_t hk = h / (s->hq / s->hkv);
+    or_key_walk w = or_walk_row(s, h, i, p, dc, x);
     const double *doi = x->dout + (i * s->hq + h) * s->dv;
-    const double *oi = x->out + (i * s->hq + h) * s->dv;
-    const double *qi = x->q + (i * s->hq + h) * s->dqk;
     double *tqi = x->t1 + (i * s->hq + h) * s->dqk;
     double d1 = 0.0;
-    for (int64_t c = 0; c < s->dv; c++) d1 += fabs(doi[c] * oi[c]);
-    for (int64_t j = 0; j < s->sk; j++) {
-        if (!or_visible(s, i, j)) continue;
-        const double *vj = x->v + (j * s->hkv + hk) * s->dv;
+    for (int64_t c = 0; c < s->dv; c++) d1 += fabs(doi[c] * w.oi[c]);
+    while (or_walk_next(&w)) {
         double a = 0.0;
-        for (int64_t c = 0; c < s->dv; c++) a += fabs(doi[c] * vj[c]);
-        double t = p[j] * fabs(dc[j] * s->scale) * (fabs(or_dropout_mult(s, h, i, j)) * a + x->d_weight * d1);
+        for (int64_t c = 0; c < s->dv; c++) a += fabs(doi[c] * w.vj[c]);
+        double t = w.g * (fabs(w.mult) * a + x->d_weight * d1);
         if (!isfinite(t)) continue;
-        const double *kj = x->k + (j * s->hkv + hk) * s->dqk;
-        double *tkj = x->t2 + (j * s->hkv + hk) * s->dqk;
+        double *tkj = x->t2 + (w.j * s->hkv + w.hk) * s->dqk;
         for (int64_t c = 0; c < s->dqk; c++) {
-            if (isfinite(kj[c])) tqi[c] += t * fabs(kj[c]);
-            if (isfinite(qi[c])) tkj[c] += t * fabs(qi[c]);
+            if (isfinite(w.kj[c])) tqi[c] += t * fabs(w.kj[c]);
+            if (isfinite(w.qi[c])) tkj[c] += t * fabs(w.qi[c]);
         }
     }
 }
@@ -259,20 +292,15 @@ static void fwd_terms_row(const or_seq *s, int64_t h, int64_t i, const double *p
                           const double *dc, void *arg)
 {
     const or_terms_arg *x = arg;
-    int64_t hk = h / (s->hq / s->hkv);
-    const double *oi = x->out + (i * s->hq + h) * s->dv;
-    const double *qi = x->q + (i * s->hq + h) * s->dqk;
+    or_key_walk w = or_walk_row(s, h, i, p, dc, x);
     double *ti = x->t1 + (i * s->hq + h) * s->dv;
-    for (int64_t j = 0; j < s->sk; j++) {
-        if (!or_visible(s, i, j)) continue;
-        const double *kj = x->k + (j * s->hkv + hk) * s->dqk;
-        const double *vj = x->v + (j * s->hkv + hk) * s->dv;
+    while (or_walk_next(&w)) {
         double a = 0.0;
-        for (int64_t c = 0; c < s->dqk; c++) a += fabs(qi[c] * kj[c]);
-        double w = p[j] * fabs(dc[j] * s->scale) * a, mult = or_dropout_mult(s, h, i, j);
-        if (!isfinite(w)) continue;
+        for (int64_t c = 0; c < s->dqk; c++) a += fabs(w.qi[c] * w.kj[c]);
+        double wt = w.g * a;
+        if (!isfinite(wt)) continue;
         for (int64_t c = 0; c < s->dv; c++) {
-            double t = w * fabs(mult * vj[c] - oi[c]);
+            double t = wt * fabs(w.mult * w.vj[c] - w.oi[c]);
             if (isfinite(t)) ti[c] += t;
         }
     }

@@ -103,6 +103,12 @@ typedef struct {
 /* Bytes of per-thread K/V cache; above this the per-tile path is used. */
 #define KV_CACHE_MAX ((int64_t)64 << 20)
 
+/* First byte of key j's row (KV head hk) in t (p->k or p->v), sz bytes per element: the
+   address the fp32 K/V copy reads and, PF rows ahead, prefetches. A macro: as a static
+   inline function GCC schedules fwd_task differently (same instructions, other order). */
+#define KV_SRC(p, t, sq, b, j, hk, sz) \
+    ((const char *)(t)->data + fa_krow(p, t, sq, b, j, hk) * (int64_t)(sz))
+
 /* One task: rows of block f against KV tiles [kb0, kb1) of its sequence. Leaves the
    unnormalised O, m, l in o/m/l (ldo = ldv). */
 static void fwd_task(const fa_context *ctx, const fa_problem *p, const fwd_block *f,
@@ -245,17 +251,15 @@ static void fwd_task(const fa_context *ctx, const fa_problem *p, const fwd_block
                 const int64_t kb_ = dqk * (int64_t)ksz, vb_ = dv * (int64_t)vsz;
                 for (int j = 0; j < nk; j++) {
                     if (j + PF < nk) {
-                        const char *kp = (const char *)p->k.data +
-                                         fa_krow(p, &p->k, &sq, f->b, j0 + j + PF, hk) * (int64_t)ksz;
-                        const char *vp = (const char *)p->v.data +
-                                         fa_krow(p, &p->v, &sq, f->b, j0 + j + PF, hk) * (int64_t)vsz;
+                        const char *kp = KV_SRC(p, &p->k, &sq, f->b, j0 + j + PF, hk, ksz);
+                        const char *vp = KV_SRC(p, &p->v, &sq, f->b, j0 + j + PF, hk, vsz);
                         for (int64_t x = 0; x < kb_; x += 64) __builtin_prefetch(kp + x, 0, 0);
                         for (int64_t x = 0; x < vb_; x += 64) __builtin_prefetch(vp + x, 0, 0);
                     }
-                    K->cvt_in(kc + j * ldk, (const char *)p->k.data +
-                              fa_krow(p, &p->k, &sq, f->b, j0 + j, hk) * (int64_t)ksz, dqk, p->k.dtype);
-                    K->cvt_in(vc + j * ldv, (const char *)p->v.data +
-                              fa_krow(p, &p->v, &sq, f->b, j0 + j, hk) * (int64_t)vsz, dv, p->v.dtype);
+                    K->cvt_in(kc + j * ldk, KV_SRC(p, &p->k, &sq, f->b, j0 + j, hk, ksz), dqk,
+                              p->k.dtype);
+                    K->cvt_in(vc + j * ldv, KV_SRC(p, &p->v, &sq, f->b, j0 + j, hk, vsz), dv,
+                              p->v.dtype);
                     if (fa_cpu_nonfinite(vc + j * ldv, 1, dv, ldv)) vbad = 1;
                 }
             }

@@ -26,24 +26,20 @@ static inline VMASK vmask_n(int n)
 #define VBLEND_NEGINF(x, y) \
     _mm256_blendv_ps(x, y, _mm256_cmp_ps(x, _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ))
 
-/* exp(x) as in kernels_avx512.c, 2^n built in the exponent field. */
+#define VFNMA(a, b, c) _mm256_fnmadd_ps(a, b, c)
+#define VFMS(a, b, c) _mm256_fmsub_ps(a, b, c)
+#define VROUND(x) _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+
+#include "kernels_exp.h"
+
+/* exp(x) as in kernels_avx512.c (x clamped to [-87.3, 88.3]), 2^n built in the exponent
+   field. */
 static inline __m256 exp256(__m256 x)
 {
     __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_LT_OQ);
     x = _mm256_max_ps(_mm256_set1_ps(-87.3f), x);
     x = _mm256_min_ps(_mm256_set1_ps(88.3f), x);
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500E-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507E-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073E-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894E-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459E-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
-    __m256 r2 = _mm256_mul_ps(r, r);
-    p = _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256 n, p = vexp_reduced(x, &n);
     /* n in [-126, 128]: split 2^n = 2^(n/2) * 2^(n - n/2) so 128 does not overflow the field */
     __m256i ni = _mm256_cvtps_epi32(n);
     __m256i h1 = _mm256_srai_epi32(ni, 1), h2 = _mm256_sub_epi32(ni, h1);
@@ -54,25 +50,17 @@ static inline __m256 exp256(__m256 x)
 }
 #define VEXP(x) exp256(x)
 
-/* exp(t) as expt_512 in kernels_avx512.c, 2^n built in the exponent field (split in two
-   halves so that n = 128 does not overflow it; n >= -126 where the result is kept). */
+/* exp(t) as expt_512 in kernels_avx512.c, yh clamped to [-126, 128] before n = round(yh),
+   2^n built in the exponent field (split in two halves so that n = 128 does not overflow
+   it; n >= -126 where the result is kept). */
 static inline __m256 expt_256(__m256 t)
 {
-    const __m256 L = _mm256_set1_ps(1.44269502e+00f), Llo = _mm256_set1_ps(1.92596303e-08f);
-    __m256 yh = _mm256_mul_ps(t, L);
-    __m256 yl = _mm256_fmadd_ps(t, Llo, _mm256_fmsub_ps(t, L, yh));
+    __m256 yl, yh = vexpt_split(t, &yl);
     __m256 tiny = _mm256_cmp_ps(yh, _mm256_set1_ps(-126.0f), _CMP_LT_OQ);
     yh = _mm256_max_ps(_mm256_set1_ps(-126.0f), yh);
     yh = _mm256_min_ps(_mm256_set1_ps(128.0f), yh);
-    __m256 n = _mm256_round_ps(yh, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 f = _mm256_add_ps(_mm256_sub_ps(yh, n), yl);
-    __m256 p = _mm256_set1_ps(1.5353362e-4f);
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.3398875e-3f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.6184369e-3f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.5503324e-2f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022648e-1f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.9314718e-1f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+    __m256 n = VROUND(yh);
+    __m256 p = vexpt_poly(yh, n, yl);
     __m256i ni = _mm256_cvtps_epi32(n);
     __m256i h1 = _mm256_srai_epi32(ni, 1), h2 = _mm256_sub_epi32(ni, h1);
     __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h1, _mm256_set1_epi32(127)), 23));

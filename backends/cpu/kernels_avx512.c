@@ -28,53 +28,35 @@ static inline VMASK vmask_n(int n) { return n >= 16 ? (VMASK)0xffff : (VMASK)((1
 #define VBLEND_NEGINF(x, y) \
     _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ), x, y)
 
-/* exp(x): n = round(x log2 e), r = x - n ln2 (two-part), exp(r) by the cephes degree-6
-   polynomial (about 1 ulp), 2^n by vscalefps. x < -87.3 (exp below the smallest normal,
-   including -inf) gives exactly 0; NaN stays NaN. */
+#define VFNMA(a, b, c) _mm512_fnmadd_ps(a, b, c)
+#define VFMS(a, b, c) _mm512_fmsub_ps(a, b, c)
+#define VROUND(x) _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+
+#include "kernels_exp.h"
+
+/* exp(x): vexp_reduced (kernels_exp.h) on x clamped to [-88, 89], 2^n by vscalefps.
+   x < -87.3 (exp below the smallest normal, including -inf) gives exactly 0; NaN stays
+   NaN. */
 static inline __m512 exp512(__m512 x)
 {
     __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3f), _CMP_LT_OQ);
     x = _mm512_max_ps(_mm512_set1_ps(-88.0f), x);
     x = _mm512_min_ps(_mm512_set1_ps(89.0f), x);
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500E-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
-    __m512 r2 = _mm512_mul_ps(r, r);
-    p = _mm512_fmadd_ps(p, r2, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    __m512 n, p = vexp_reduced(x, &n);
     return _mm512_maskz_scalef_ps((__mmask16)~tiny, p, n);
 }
 #define VEXP(x) exp512(x)
 
-/* exp(t) in base 2: y = t log2 e carried as yh + yl (yh = fl(t L), yl its rounding error
-   plus t times L's own error, so y is exact to ~2^-48 relative and P keeps the accuracy of
-   a two-part reduction; KNOWN_FAILURES #24), n = round(yh), f = (yh - n) + yl (|f| <= 1/2
-   + tiny), 2^f = 1 + f c1 + ... + f^6 c6 (fitted for relative error 2e-9 on [-1/2, 1/2];
-   1.3 units of 2^-24 evaluated in fp32), 2^n by vscalefps. yh < -126 (below the smallest
-   normal, -inf included) gives exactly 0; NaN stays NaN. 13 operations against exp512's
-   15 and its range clamps (bench/NOTES.md item 17). */
+/* exp(t) in base 2 (kernels_exp.h): yh + yl = t log2 e, n = round(yh), 2^f by the
+   degree-6 fit, 2^n by vscalefps. yh < -126 (below the smallest normal, -inf included)
+   gives exactly 0; NaN stays NaN. 13 operations against exp512's 15 and its range clamps
+   (bench/NOTES.md item 17). */
 static inline __m512 expt_512(__m512 t)
 {
-    const __m512 L = _mm512_set1_ps(1.44269502e+00f), Llo = _mm512_set1_ps(1.92596303e-08f);
-    __m512 yh = _mm512_mul_ps(t, L);
-    __m512 yl = _mm512_fmadd_ps(t, Llo, _mm512_fmsub_ps(t, L, yh));
+    __m512 yl, yh = vexpt_split(t, &yl);
     __mmask16 tiny = _mm512_cmp_ps_mask(yh, _mm512_set1_ps(-126.0f), _CMP_LT_OQ);
-    __m512 n = _mm512_roundscale_ps(yh, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 f = _mm512_add_ps(_mm512_sub_ps(yh, n), yl);
-    __m512 p = _mm512_set1_ps(1.5353362e-4f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3398875e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6184369e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5503324e-2f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022648e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    return _mm512_maskz_scalef_ps((__mmask16)~tiny, p, n);
+    __m512 n = VROUND(yh);
+    return _mm512_maskz_scalef_ps((__mmask16)~tiny, vexpt_poly(yh, n, yl), n);
 }
 #define VEXPT(x) expt_512(x)
 

@@ -5,7 +5,8 @@
  * Vocabulary the includer defines: VF (vector), VW (lanes), MR (register rows),
  * VMASK, vmask_n(n) (first n lanes), VLOAD(p), VLOADM(p, mk), VSTORE(p, v), VSTOREM(p, mk, v),
  * VSET1(x), VZERO, VFMA(a, b, c) = a*b + c, VMUL, VADD, VSUB, VMAX, VEXP(x) (exp with
- * exp(-inf) = 0 exactly, NaN kept), VEXPT(t) (exp(t) through base 2, the same rules),
+ * exp(-inf) = 0 exactly, NaN kept), VEXPT(t) (exp(t) through base 2, the same rules; both
+ * built on the shared reductions and polynomials of kernels_exp.h),
  * VBLEND_NEGINF(x, y): lanes where x == -inf take y,
  * VHSUM not needed. NR = 2 * VW.
  */

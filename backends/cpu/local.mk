@@ -6,18 +6,20 @@ libflashattn_la_SOURCES += \
 	backends/cpu/backward.c backends/cpu/scratch.h backends/cpu/kernels.h \
 	backends/cpu/kernels_generic.c
 
-EXTRA_DIST += backends/cpu/kernels_simd.h
+EXTRA_DIST += backends/cpu/kernels_simd.h backends/cpu/kernels_exp.h
 
 if HAVE_AVX2
 noinst_LTLIBRARIES += backends/cpu/libfa_cpu_avx2.la
-backends_cpu_libfa_cpu_avx2_la_SOURCES = backends/cpu/kernels_avx2.c backends/cpu/kernels_simd.h
+backends_cpu_libfa_cpu_avx2_la_SOURCES = backends/cpu/kernels_avx2.c backends/cpu/kernels_simd.h \
+	backends/cpu/kernels_exp.h
 backends_cpu_libfa_cpu_avx2_la_CFLAGS = $(AM_CFLAGS) $(FA_AVX2_CFLAGS)
 libflashattn_la_LIBADD += backends/cpu/libfa_cpu_avx2.la
 endif
 
 if HAVE_AVX512
 noinst_LTLIBRARIES += backends/cpu/libfa_cpu_avx512.la
-backends_cpu_libfa_cpu_avx512_la_SOURCES = backends/cpu/kernels_avx512.c backends/cpu/kernels_simd.h
+backends_cpu_libfa_cpu_avx512_la_SOURCES = backends/cpu/kernels_avx512.c backends/cpu/kernels_simd.h \
+	backends/cpu/kernels_exp.h
 backends_cpu_libfa_cpu_avx512_la_CFLAGS = $(AM_CFLAGS) $(FA_AVX512_CFLAGS)
 libflashattn_la_LIBADD += backends/cpu/libfa_cpu_avx512.la
 endif
