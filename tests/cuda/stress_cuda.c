@@ -16,7 +16,7 @@
  *   stay untouched untouched, guard bands intact, and bitwise equal to the first result of
  *   the same case (determinism across contexts, streams and concurrent work; backward only
  *   with deterministic=1). Before a slot's good call there may be a failing call on the same
- *   context (bad shapes, host pointers, unsupported head dims or dtypes, bad counts): it must
+ *   context (bad shapes, host pointers, unsupported head dims (fp32 too), bad counts): it must
  *   return the documented status with a one-line message starting with the function's
  *   name, leave no CUDA error behind, write nothing (its outputs point into a poisoned
  *   buffer that is checked after the round), and the good call after it must be right.
@@ -621,8 +621,9 @@ static int bad_call(fa_context *ctx, int which, char *desc, size_t dlen)
         q = k = v = fa_tensor_contiguous(J, FA_BF16, 1, 16, 2, 264); out = fa_tensor_contiguous(O, FA_BF16, 1, 16, 2, 264);
         want = FA_ERR_UNSUPPORTED; sub = "head dim";
         st = fa_forward(ctx, &out, lse, &q, &k, &v, NULL); break;
-    case 6: snprintf(desc, dlen, "fa_forward with fp32 q, k, v");
-        q.dtype = k.dtype = v.dtype = out.dtype = FA_F32; want = FA_ERR_UNSUPPORTED; sub = "fp32";
+    case 6: snprintf(desc, dlen, "fa_forward with fp32 q, k, v of head dim 300");   /* fp32 takes any d up to 256 */
+        q = k = v = fa_tensor_contiguous(J, FA_F32, 1, 16, 2, 300); out = fa_tensor_contiguous(O, FA_F32, 1, 16, 2, 300);
+        want = FA_ERR_UNSUPPORTED; sub = "head dim";
         st = fa_forward(ctx, &out, lse, &q, &k, &v, NULL); break;
     case 7: snprintf(desc, dlen, "fa_forward with q 2 bytes off 16-byte alignment");
         q.data = (char *)J + 2; want = FA_ERR_UNSUPPORTED; sub = "aligned";

@@ -8,19 +8,31 @@
  * differs from the oracle by about one rounding of P and one of O, i.e. eps * max|O|
  * (eps = 2^-8 bf16, 2^-11 fp16); we require max|ours - oracle| <= 2 * eps * max|oracle|
  * + 1e-5 for O, and |lse - lse_oracle| <= 1e-3 * (1 + |lse|) (lse is fp32 on both sides).
+ * fp32 q/k/v (FMA kernels, any head dim 1..256): TESTING.md's fp32 rule, max|ours - oracle|
+ * <= 1e-5 * max|oracle|, plus 1e-7 for O; |lse - lse_oracle| <= 1e-5 * (1 + |lse|). The
+ * reference computes in fp32 too (fp32 scores, exp, accumulators; lib/reference.c,
+ * reference_backward.c), not in double: its own error, ~sqrt(terms) fp32 roundings, stays
+ * far below 1e-5 relative for these shapes, so it serves as the oracle, and the rule is
+ * kept as written (not doubled for the oracle's share).
  * Also: every output element written (no poison left), guard band untouched, rows that
  * must stay untouched (varlen past cu_seqlens[batch]) untouched, the KV cache after the
  * append equal to the reference's, forward bitwise deterministic, the dropout keep-mask
  * identical to the CPU and reference backends, UNSUPPORTED / INVALID_ARG where documented.
  * Backward: dq, dk, dv (fp16/bf16 or fp32) and dsinks against the reference backward given
  * the same out (the reference forward's, fp32) and lse; tolerance 3x the forward's
- * (3 * (2 eps max|ref| + 1e-5)), dsinks 1e-3 of max|dsinks|; rows past cu_seqlens untouched;
+ * (3 * (2 eps max|ref| + 1e-5)), dsinks 1e-3 of max|dsinks|; fp32 inputs: the fp32 rule
+ * 1e-5 * gref + 1e-7 (gref: the largest |oracle| gradient of the call, dq, dk or dv, as
+ * tests/testutil.h's tu_tol_ref: dq and dk of rows that see one key are exactly 0 in the
+ * oracle but dP - D leaves fp32 roundoff of O(d) terms in any other summation order,
+ * KNOWN_FAILURES #12/#23), dsinks 1e-5 * max|dsinks| + 1e-6; rows past cu_seqlens untouched;
  * deterministic=1 repeated bitwise; dropout against the reference's Philox mask.
  * Usage: test_cuda [quick|san]     (exit status 0 = all passed, 77 = no CUDA context)
  *   quick: a subset of the sweep (prints failures only); san: a handful of small cases that
  *   run every kernel once (forward fast and general, d64/d128/d256, split-KV, varlen,
  *   backward incl. deterministic and dsinks, varlen backward, KV-cache append contiguous and
- *   paged, fa_combine), for compute-sanitizer (tests/cuda/sanitize.sh).
+ *   paged, fa_combine; the fp32 FMA kernels: forward general and odd d, split-KV decode,
+ *   backward deterministic with dsinks and odd d, paged KV cache), for compute-sanitizer
+ *   (tests/cuda/sanitize.sh).
  */
 #include <math.h>
 #include <stdarg.h>
@@ -44,6 +56,7 @@ static double frand(void)
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); exit(2); } } while (0)
 
 static size_t esz(fa_dtype t) { return t == FA_F32 ? 4 : 2; }
+static const char *dtname(fa_dtype t) { return t == FA_F32 ? "fp32" : t == FA_BF16 ? "bf16" : "fp16"; }
 
 /* A buffer on both sides: host bytes h, device bytes d, n elements of dtype t. */
 typedef struct { void *h, *d; size_t n; fa_dtype t; } buf;
@@ -62,6 +75,13 @@ static buf mk_poison(size_t n, fa_dtype t)   /* device poisoned (0xff: NaN), hos
     CK(cudaMemset(b.d, 0xff, n * esz(t) + 256));
     return b;
 }
+static buf mk_zero(size_t n, fa_dtype t)   /* zero on both sides; draws no random number */
+{
+    buf b = mk_poison(n, t);
+    CK(cudaMemset(b.d, 0, n * esz(t)));
+    memset(b.h, 0, n * esz(t));
+    return b;
+}
 static void fr(buf *b) { free(b->h); cudaFree(b->d); b->h = b->d = NULL; }
 static void pull(buf *b) { CK(cudaMemcpy(b->h, b->d, b->n * esz(b->t) + 256, cudaMemcpyDeviceToHost)); }
 static fa_tensor view(void *data, fa_dtype t, int64_t B, int64_t S, int64_t H, int64_t D, int transposed)
@@ -78,6 +98,13 @@ static int guard_ok(const buf *b)
     return 1;
 }
 
+static double absmax(const float *x, size_t n)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++) if (fabs(x[i]) > m) m = fabs(x[i]);
+    return m;
+}
+
 static void result(const char *name, int ok, const char *fmt, ...)
 {
     va_list ap;
@@ -90,8 +117,8 @@ static void result(const char *name, int ok, const char *fmt, ...)
     fflush(stdout);
 }
 
-/* Compare out (dtype ot, device result pulled into o->h) with the f32 oracle. rowmask: NULL
-   or per-row 1 = must be written. Returns ok. */
+/* Compare out (dtype ot, device result pulled into o->h) with the f32 oracle; in_t: the
+   dtype of q/k/v, which sets the tolerance (fp32: the 1e-5 rule). Returns ok. */
 static int cmp_out(const char *name, const buf *o, const float *oracle, size_t n, fa_dtype in_t,
                    const float *lse, const float *lse_or, size_t nl)
 {
@@ -111,8 +138,8 @@ static int cmp_out(const char *name, const buf *o, const float *oracle, size_t n
         if (e > lerr) lerr = e;
     }
     double eps = in_t == FA_BF16 ? 1.0 / 256 : 1.0 / 2048;
-    double tol = 2 * eps * mo + 1e-5;
-    int ok = !bad && err <= tol && lerr <= 1e-3 && guard_ok(o);
+    double tol = in_t == FA_F32 ? 1e-5 * mo + 1e-7 : 2 * eps * mo + 1e-5, ltol = in_t == FA_F32 ? 1e-5 : 1e-3;
+    int ok = !bad && err <= tol && lerr <= ltol && guard_ok(o);
     result(name, ok, "err %.3g tol %.3g lse_rel %.3g", err, tol, lerr);
     return ok;
 }
@@ -126,7 +153,7 @@ typedef struct {
 static void run_dense(const dcase *c)
 {
     char name[160];
-    snprintf(name, sizeof name, "%s %s B%d Sq%d Sk%d H%d/%d d%d/%d c%d", c->name, c->t == FA_BF16 ? "bf16" : "fp16",
+    snprintf(name, sizeof name, "%s %s B%d Sq%d Sk%d H%d/%d d%d/%d c%d", c->name, dtname(c->t),
              c->B, c->Sq, c->Sk, c->H, c->Hkv, c->dqk, c->dv, (int)c->causal);
     buf q = mk((size_t)c->B * c->Sq * c->H * c->dqk, c->t, 2.0);
     buf k = mk((size_t)c->B * c->Sk * c->Hkv * c->dqk, c->t, 2.0);
@@ -184,8 +211,9 @@ done:
 }
 
 /* Compare a gradient (device result pulled into g->h, dtype g->t) with the f32 oracle:
-   3x the forward's tolerance. */
-static int cmp_grad(const char *name, const buf *g, const float *oracle, size_t n, fa_dtype in_t, double *errp)
+   3x the forward's tolerance; fp32 inputs: 1e-5 * max(max|oracle|, gref) + 1e-7, gref the
+   largest |oracle| gradient of the call (see the header). */
+static int cmp_grad(const char *name, const buf *g, const float *oracle, size_t n, fa_dtype in_t, double gref, double *errp)
 {
     double mo = 0, err = 0;
     int bad = 0;
@@ -197,7 +225,7 @@ static int cmp_grad(const char *name, const buf *g, const float *oracle, size_t 
         if (e > err) err = e;
     }
     double eps = in_t == FA_BF16 ? 1.0 / 256 : 1.0 / 2048;
-    double tol = 3 * (2 * eps * mo + 1e-5);
+    double tol = in_t == FA_F32 ? 1e-5 * fmax(mo, gref) + 1e-7 : 3 * (2 * eps * mo + 1e-5);
     int ok = !bad && err <= tol && guard_ok(g);
     if (errp) *errp = err / (tol > 0 ? tol : 1);
     if (!ok) printf("   %s: err %.3g tol %.3g max|ref| %.3g%s%s\n", name, err, tol, mo, bad ? " NaN" : "", guard_ok(g) ? "" : " guard");
@@ -210,7 +238,7 @@ static int cmp_grad(const char *name, const buf *g, const float *oracle, size_t 
 static void run_backward(const dcase *c, int det)
 {
     char name[200];
-    snprintf(name, sizeof name, "bwd %s %s B%d Sq%d Sk%d H%d/%d d%d/%d c%d%s", c->name, c->t == FA_BF16 ? "bf16" : "fp16",
+    snprintf(name, sizeof name, "bwd %s %s B%d Sq%d Sk%d H%d/%d d%d/%d c%d%s", c->name, dtname(c->t),
              c->B, c->Sq, c->Sk, c->H, c->Hkv, c->dqk, c->dv, (int)c->causal, det ? " det" : "");
     buf q = mk((size_t)c->B * c->Sq * c->H * c->dqk, c->t, 2.0);
     buf k = mk((size_t)c->B * c->Sk * c->Hkv * c->dqk, c->t, 2.0);
@@ -262,13 +290,14 @@ static void run_backward(const dcase *c, int det)
         if (st != FA_OK) { result(name, 0, "status %d", (int)st); printf("   %s\n", fa_last_error(cu)); goto done; }
         pull(&dq); pull(&dk); pull(&dv); pull(&ds);
         double eq = 0, ek = 0, ev = 0, es = 0;
-        int ok = cmp_grad("dq", &dq, gq, nq, c->t, &eq) & cmp_grad("dk", &dk, gk, nk, c->t, &ek) & cmp_grad("dv", &dv, gv, nv, c->t, &ev);
+        double gref = fmax(absmax(gq, nq), fmax(absmax(gk, nk), absmax(gv, nv)));
+        int ok = cmp_grad("dq", &dq, gq, nq, c->t, gref, &eq) & cmp_grad("dk", &dk, gk, nk, c->t, gref, &ek)
+               & cmp_grad("dv", &dv, gv, nv, c->t, gref, &ev);
         if (c->sinks) {
-            double ms = 0;
-            for (int h = 0; h < c->H; h++) ms = fmax(ms, fabs(gs[h]));
+            double ms = absmax(gs, c->H), stol = c->t == FA_F32 ? 1e-5 * ms + 1e-6 : 1e-3 * ms + 1e-4;
             for (int h = 0; h < c->H; h++) {
                 float x = ((float *)ds.h)[h];   /* fmax drops NaN: catch an unwritten (poisoned) dsinks */
-                es = fmax(es, isnan(x) ? INFINITY : fabs(x - gs[h]) / (1e-3 * ms + 1e-4));
+                es = fmax(es, isnan(x) ? INFINITY : fabs(x - gs[h]) / stol);
             }
             if (!(es <= 1)) { ok = 0; printf("   dsinks err/tol %.3g\n", es); }
         }
@@ -292,7 +321,7 @@ done:
 static void run_varlen_bwd(fa_dtype t, int nseq, int d, fa_causal causal, int det)
 {
     char name[128];
-    snprintf(name, sizeof name, "bwd varlen %s nseq%d d%d c%d%s", t == FA_BF16 ? "bf16" : "fp16", nseq, d, (int)causal, det ? " det" : "");
+    snprintf(name, sizeof name, "bwd varlen %s nseq%d d%d c%d%s", dtname(t), nseq, d, (int)causal, det ? " det" : "");
     int32_t cq[64], ck[64];
     cq[0] = ck[0] = 0;
     int maxq = 0, maxk = 0;
@@ -337,12 +366,13 @@ static void run_varlen_bwd(fa_dtype t, int nseq, int d, fa_causal causal, int de
         pull(&dq); pull(&dk); pull(&dv);
         size_t vq = (size_t)cq[nseq] * H * d, vk = (size_t)ck[nseq] * Hkv * d;
         int untouched = 1;
-        for (size_t i = vq * 2; i < nqe * 2; i++) if (((unsigned char *)dq.h)[i] != 0xff) untouched = 0;
-        for (size_t i = vk * 2; i < nke * 2; i++) if (((unsigned char *)dk.h)[i] != 0xff || ((unsigned char *)dv.h)[i] != 0xff) untouched = 0;
+        for (size_t i = vq * esz(t); i < nqe * esz(t); i++) if (((unsigned char *)dq.h)[i] != 0xff) untouched = 0;
+        for (size_t i = vk * esz(t); i < nke * esz(t); i++) if (((unsigned char *)dk.h)[i] != 0xff || ((unsigned char *)dv.h)[i] != 0xff) untouched = 0;
         buf a = dq, b2 = dk, c2 = dv;
         a.n = vq; b2.n = vk; c2.n = vk;
-        double eq = 0, ek = 0, ev = 0;
-        int ok = cmp_grad("dq", &a, gq, vq, t, &eq) & cmp_grad("dk", &b2, gk, vk, t, &ek) & cmp_grad("dv", &c2, gv, vk, t, &ev);
+        double eq = 0, ek = 0, ev = 0, gref = fmax(absmax(gq, vq), fmax(absmax(gk, vk), absmax(gv, vk)));
+        int ok = cmp_grad("dq", &a, gq, vq, t, gref, &eq) & cmp_grad("dk", &b2, gk, vk, t, gref, &ek)
+               & cmp_grad("dv", &c2, gv, vk, t, gref, &ev);
         result(name, ok && untouched, "err/tol dq %.2f dk %.2f dv %.2f%s", eq, ek, ev, untouched ? "" : " rows past cu_seqlens written");
     }
 done:
@@ -356,7 +386,7 @@ done:
 static void run_varlen(fa_dtype t, int nseq, int d, fa_causal causal)
 {
     char name[128];
-    snprintf(name, sizeof name, "varlen %s nseq%d d%d c%d", t == FA_BF16 ? "bf16" : "fp16", nseq, d, (int)causal);
+    snprintf(name, sizeof name, "varlen %s nseq%d d%d c%d", dtname(t), nseq, d, (int)causal);
     int32_t cq[64], ck[64];
     cq[0] = ck[0] = 0;
     int maxq = 0, maxk = 0;
@@ -392,7 +422,7 @@ static void run_varlen(fa_dtype t, int nseq, int d, fa_causal causal)
         else {
             /* lse [H, TQ]: compare the valid columns only; the 5 extra rows stay poisoned */
             int untouched = 1;
-            for (size_t i = nv * 2; i < (size_t)TQ * H * d * 2; i++) if (((unsigned char *)o.h)[i] != 0xff) untouched = 0;
+            for (size_t i = nv * esz(t); i < (size_t)TQ * H * d * esz(t); i++) if (((unsigned char *)o.h)[i] != 0xff) untouched = 0;
             float *lv = malloc((size_t)H * TQ * 4), *lrv = malloc((size_t)H * TQ * 4);
             size_t m = 0;
             for (int h = 0; h < H; h++)
@@ -415,7 +445,7 @@ done:
 static void run_kvcache(fa_dtype t, int B, int Sq, int snew, int page, int d, fa_causal causal, int H, int Hkv)
 {
     char name[160];
-    snprintf(name, sizeof name, "kvcache %s B%d Sq%d new%d page%d d%d c%d H%d/%d", t == FA_BF16 ? "bf16" : "fp16",
+    snprintf(name, sizeof name, "kvcache %s B%d Sq%d new%d page%d d%d c%d H%d/%d", dtname(t),
              B, Sq, snew, page, d, (int)causal, H, Hkv);
     int cap = 700, maxp = page ? (cap + page - 1) / page : 0;
     if (page) cap = maxp * page;
@@ -460,10 +490,11 @@ static void run_kvcache(fa_dtype t, int B, int Sq, int snew, int page, int d, fa
         else {
             cmp_out(name, &o, oref, n, t, (float *)l.h, lref, (size_t)B * H * Sq);
             /* the caches after the append */
-            void *kc2 = malloc(nc * 2), *vc2 = malloc(nc * 2);
-            CK(cudaMemcpy(kc2, kc.d, nc * 2, cudaMemcpyDeviceToHost)); CK(cudaMemcpy(vc2, vc.d, nc * 2, cudaMemcpyDeviceToHost));
+            size_t cb = nc * esz(t);
+            void *kc2 = malloc(cb), *vc2 = malloc(cb);
+            CK(cudaMemcpy(kc2, kc.d, cb, cudaMemcpyDeviceToHost)); CK(cudaMemcpy(vc2, vc.d, cb, cudaMemcpyDeviceToHost));
             char n2[200]; snprintf(n2, sizeof n2, "%s cache after append", name);
-            result(n2, !memcmp(kc2, kc.h, nc * 2) && !memcmp(vc2, vc.h, nc * 2), "");
+            result(n2, !memcmp(kc2, kc.h, cb) && !memcmp(vc2, vc.h, cb), "");
             free(kc2); free(vc2);
         }
         free(oref); free(lref);
@@ -473,11 +504,12 @@ done:
     fr(&kc); fr(&vc); fr(&kn); fr(&vn); fr(&q); fr(&o); fr(&l);
 }
 
-/* fa_combine on the device: Sk split in n parts, merged, against the whole forward. */
+/* fa_combine on the device: Sk split in n parts, merged, against the whole forward (fp32:
+   the 1e-5 rule at max|out| and 1 + |lse|, both sides being fp32 reductions of one input). */
 static void run_combine(fa_dtype t, int n)
 {
     char name[96];
-    snprintf(name, sizeof name, "combine %s %d parts", t == FA_BF16 ? "bf16" : "fp16", n);
+    snprintf(name, sizeof name, "combine %s %d parts", dtname(t), n);
     int B = 2, Sq = 77, Sk = 300, H = 4, d = 64;
     buf q = mk((size_t)B * Sq * H * d, t, 2.0), k = mk((size_t)B * Sk * H * d, t, 2.0), v = mk((size_t)B * Sk * H * d, t, 1.0);
     buf ow = mk_poison((size_t)B * Sq * H * d, FA_F32), lw = mk_poison((size_t)B * H * Sq, FA_F32);
@@ -493,8 +525,8 @@ static void run_combine(fa_dtype t, int n)
         int s0 = Sk * i / n, s1 = Sk * (i + 1) / n;
         pb[i] = mk_poison((size_t)B * Sq * H * d, FA_F32); lb[i] = mk_poison((size_t)B * H * Sq, FA_F32);
         fa_tensor pk = tk, pv = tv;
-        pk.data = (char *)k.d + (size_t)s0 * H * d * 2; pk.shape[1] = s1 - s0;
-        pv.data = (char *)v.d + (size_t)s0 * H * d * 2; pv.shape[1] = s1 - s0;
+        pk.data = (char *)k.d + (size_t)s0 * H * d * esz(t); pk.shape[1] = s1 - s0;
+        pv.data = (char *)v.d + (size_t)s0 * H * d * esz(t); pv.shape[1] = s1 - s0;
         parts[i] = fa_tensor_contiguous(pb[i].d, FA_F32, B, Sq, H, d);
         lp[i] = (float *)lb[i].d;
         fa_forward(cu, &parts[i], lp[i], &tq, &pk, &pv, NULL);
@@ -503,24 +535,31 @@ static void run_combine(fa_dtype t, int n)
     fa_status st = fa_combine(cu, &toc, (float *)lc.d, parts, (const float *const *)lp, n);
     CK(cudaDeviceSynchronize());
     pull(&ow); pull(&lw); pull(&oc); pull(&lc);
-    double err = 0, lerr = 0;
-    for (size_t i = 0; i < ow.n; i++) err = fmax(err, fabs(((float *)ow.h)[i] - ((float *)oc.h)[i]));
-    for (size_t i = 0; i < lw.n; i++) lerr = fmax(lerr, fabs(((float *)lw.h)[i] - ((float *)lc.h)[i]));
-    result(name, st == FA_OK && err < 1e-2 && lerr < 1e-4, "err %.3g lse %.3g", err, lerr);
+    double err = 0, lerr = 0, mo = absmax((float *)ow.h, ow.n);
+    for (size_t i = 0; i < ow.n; i++) {   /* NaN (an unwritten element) counts as infinite */
+        double e = fabs(((float *)ow.h)[i] - ((float *)oc.h)[i]);
+        err = fmax(err, isnan(e) ? INFINITY : e);
+    }
+    for (size_t i = 0; i < lw.n; i++) {
+        double e = fabs(((float *)lw.h)[i] - ((float *)lc.h)[i]) / (t == FA_F32 ? 1 + fabs(((float *)lw.h)[i]) : 1);
+        lerr = fmax(lerr, isnan(e) ? INFINITY : e);
+    }
+    double tol = t == FA_F32 ? 1e-5 * mo + 1e-7 : 1e-2, ltol = t == FA_F32 ? 1e-5 : 1e-4;
+    result(name, st == FA_OK && err <= tol && lerr <= ltol, "err %.3g tol %.3g lse %.3g", err, tol, lerr);
     for (int i = 0; i < n; i++) { fr(&pb[i]); fr(&lb[i]); }
     fr(&q); fr(&k); fr(&v); fr(&ow); fr(&lw); fr(&oc); fr(&lc);
 }
 
 /* Dropout keep-mask equality: V = identity rows, so out[i][j] = 0 exactly where (i, j) was
    dropped; compare the zero pattern with the CPU and reference backends. */
-static void run_dropout_mask(void)
+static void run_dropout_mask(fa_dtype t)
 {
     int B = 2, Sq = 200, Sk = 64, H = 3, d = 64;
-    fa_dtype t = FA_BF16;
+    char n1[120];
     buf q = mk((size_t)B * Sq * H * d, t, 0.3), k = mk((size_t)B * Sk * H * d, t, 0.3), v = mk((size_t)B * Sk * H * d, t, 0);
     for (int b = 0; b < B; b++) for (int j = 0; j < Sk; j++) for (int h = 0; h < H; h++) for (int c = 0; c < d; c++)
         fa_store(v.h, t, (((size_t)b * Sk + j) * H + h) * d + c, j == c ? 1.0f : 0.0f);
-    CK(cudaMemcpy(v.d, v.h, v.n * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(v.d, v.h, v.n * esz(t), cudaMemcpyHostToDevice));
     buf o = mk_poison((size_t)B * Sq * H * d, FA_F32);
     fa_options op = {0};
     op.dropout_p = 0.3f; op.seed = 0x123456789abcULL; op.offset = 99;
@@ -531,8 +570,8 @@ static void run_dropout_mask(void)
     pull(&o);
     for (int w = 0; w < 2; w++) {
         fa_context *c2 = NULL;
-        if (fa_context_create(&c2, w ? FA_BACKEND_CPU : FA_BACKEND_REFERENCE) != FA_OK) {
-            result(w ? "dropout mask == cpu" : "dropout mask == reference", 0, "no context"); continue; }
+        snprintf(n1, sizeof n1, "dropout keep-mask %s bit-identical with the %s", dtname(t), w ? "cpu backend" : "reference");
+        if (fa_context_create(&c2, w ? FA_BACKEND_CPU : FA_BACKEND_REFERENCE) != FA_OK) { result(n1, 0, "no context"); continue; }
         float *oh = malloc(o.n * 4);
         fa_tensor hq = fa_tensor_contiguous(q.h, t, B, Sq, H, d), hk = fa_tensor_contiguous(k.h, t, B, Sk, H, d);
         fa_tensor hv = fa_tensor_contiguous(v.h, t, B, Sk, H, d), ho = fa_tensor_contiguous(oh, FA_F32, B, Sq, H, d);
@@ -542,8 +581,8 @@ static void run_dropout_mask(void)
             int z1 = ((float *)o.h)[i] == 0.0f, z2 = oh[i] == 0.0f;
             zeros += z2; diff += z1 != z2;
         }
-        result(w ? "dropout keep-mask bit-identical with the cpu backend" : "dropout keep-mask bit-identical with the reference",
-               st == FA_OK && s2 == FA_OK && diff == 0 && zeros > o.n / 10, "mismatches %g, dropped %g of %g", (double)diff, (double)zeros, (double)o.n);
+        result(n1, st == FA_OK && s2 == FA_OK && diff == 0 && zeros > o.n / 10, "mismatches %g, dropped %g of %g",
+               (double)diff, (double)zeros, (double)o.n);
         free(oh);
         fa_context_destroy(c2);
     }
@@ -558,15 +597,45 @@ static void run_status_checks(void)
     fa_status st = fa_query(cu, &kn, &to, NULL, &tq, &tq, &tq, NULL);
     printf("query: %s -> %s\n", fa_status_string(st), kn ? kn : fa_last_error(cu));
     result("query names a kernel", st == FA_OK && kn && strstr(kn, "cuda/"), "");
-    fa_tensor f = tq; f.dtype = FA_F32;
-    fa_tensor fo = to; fo.dtype = FA_F32;
-    st = fa_forward(cu, &fo, NULL, &f, &f, &f, NULL);
-    printf("fp32: %s: %s\n", fa_status_string(st), fa_last_error(cu));
-    result("fp32 -> UNSUPPORTED with a reason", st == FA_ERR_UNSUPPORTED, "");
+    {   /* fp32: any head dim up to 256 on the FMA kernels, > 256 refused. Fresh buffers sized
+           for the largest view (d 300); zero inputs (no random draw: the sweep's inputs stay
+           as they were), so out is exactly 0 */
+        size_t nf = 16 * 2 * 300;
+        buf fq = mk_zero(nf, FA_F32), fo = mk_poison(nf, FA_F32), fg = mk_poison(3 * nf, FA_F32), fl = mk_poison(64, FA_F32);
+        fa_tensor f59 = fa_tensor_contiguous(fq.d, FA_F32, 1, 16, 2, 59), fo59 = fa_tensor_contiguous(fo.d, FA_F32, 1, 16, 2, 59);
+        kn = NULL;
+        st = fa_query(cu, &kn, &fo59, (float *)fl.d, &f59, &f59, &f59, NULL);
+        printf("fp32 d59 query: %s -> %s\n", fa_status_string(st), st == FA_OK && kn ? kn : fa_last_error(cu));
+        result("fp32 d=59: query names an fp32 kernel", st == FA_OK && kn && strstr(kn, "cuda/") && strstr(kn, "fp32"), "");
+        st = fa_forward(cu, &fo59, (float *)fl.d, &f59, &f59, &f59, NULL);
+        CK(cudaDeviceSynchronize());
+        if (st != FA_OK) printf("fp32 d59: %s: %s\n", fa_status_string(st), fa_last_error(cu));
+        pull(&fo);
+        int zero = 1;
+        for (size_t i = 0; i < 16 * 2 * 59; i++) if (((float *)fo.h)[i] != 0.0f) zero = 0;
+        result("fp32 d=59 forward -> OK, out written (0 for zero inputs)", st == FA_OK && zero, "");
+        fa_tensor g59[3];   /* dq, dk, dv: disjoint thirds of fg */
+        for (int i = 0; i < 3; i++) g59[i] = fa_tensor_contiguous((float *)fg.d + i * nf, FA_F32, 1, 16, 2, 59);
+        st = fa_query_backward(cu, &kn, &g59[0], &g59[1], &g59[2], NULL, &f59, &f59, &f59, &f59, &fo59, (float *)fl.d, NULL);
+        printf("fp32 d59 query_backward: %s -> %s\n", fa_status_string(st), st == FA_OK ? kn : fa_last_error(cu));
+        result("fp32 d=59: query_backward names a kernel", st == FA_OK && kn && strstr(kn, "cuda/"), "");
+        fa_tensor f300 = fa_tensor_contiguous(fq.d, FA_F32, 1, 16, 2, 300), fo300 = fa_tensor_contiguous(fo.d, FA_F32, 1, 16, 2, 300);
+        st = fa_forward(cu, &fo300, NULL, &f300, &f300, &f300, NULL);
+        printf("fp32 d300: %s: %s\n", fa_status_string(st), fa_last_error(cu));
+        result("fp32 d=300 -> UNSUPPORTED, reason names the head dim",
+               st == FA_ERR_UNSUPPORTED && strstr(fa_last_error(cu), "head dim"), "");
+        fa_tensor g300[3];
+        for (int i = 0; i < 3; i++) g300[i] = fa_tensor_contiguous((float *)fg.d + i * nf, FA_F32, 1, 16, 2, 300);
+        st = fa_query_backward(cu, &kn, &g300[0], &g300[1], &g300[2], NULL, &f300, &f300, &f300, &f300, &fo300, (float *)fl.d, NULL);
+        printf("fp32 backward d300: %s: %s\n", fa_status_string(st), fa_last_error(cu));
+        result("fp32 backward d=300 -> UNSUPPORTED, reason names the head dim",
+               st == FA_ERR_UNSUPPORTED && strstr(fa_last_error(cu), "head dim"), "");
+        fr(&fq); fr(&fo); fr(&fg); fr(&fl);
+    }
     fa_tensor d59 = fa_tensor_contiguous(q.d, FA_BF16, 1, 16, 2, 59), o59 = fa_tensor_contiguous(o.d, FA_BF16, 1, 16, 2, 59);
     st = fa_forward(cu, &o59, NULL, &d59, &d59, &d59, NULL);
-    printf("d59: %s: %s\n", fa_status_string(st), fa_last_error(cu));
-    result("d=59 -> UNSUPPORTED with a reason", st == FA_ERR_UNSUPPORTED, "");
+    printf("bf16 d59: %s: %s\n", fa_status_string(st), fa_last_error(cu));
+    result("bf16 d=59 -> UNSUPPORTED with a reason", st == FA_ERR_UNSUPPORTED, "");
     fa_tensor hq = tq; hq.data = q.h;
     st = fa_forward(cu, &to, NULL, &hq, &tq, &tq, NULL);
     printf("host pointer: %s: %s\n", fa_status_string(st), fa_last_error(cu));
@@ -576,8 +645,8 @@ static void run_status_checks(void)
     printf("query_backward: %s -> %s\n", fa_status_string(st), st == FA_OK ? kn : fa_last_error(cu));
     result("query_backward names a kernel", st == FA_OK && kn && strstr(kn, "cuda/"), "");
     st = fa_query_backward(cu, &kn, &d59, &d59, &d59, NULL, &o59, &d59, &d59, &d59, &o59, lse, NULL);
-    printf("backward d59: %s: %s\n", fa_status_string(st), fa_last_error(cu));
-    result("backward d=59 -> UNSUPPORTED with a reason", st == FA_ERR_UNSUPPORTED, "");
+    printf("backward bf16 d59: %s: %s\n", fa_status_string(st), fa_last_error(cu));
+    result("backward bf16 d=59 -> UNSUPPORTED with a reason", st == FA_ERR_UNSUPPORTED, "");
     result("set_threads -> UNSUPPORTED", fa_context_set_threads(cu, 4) == FA_ERR_UNSUPPORTED, "");
     cudaFree(lse);
     fr(&q); fr(&o);
@@ -610,6 +679,127 @@ static void run_san(void)
     run_kvcache(FA_BF16, 2, 1, 1, 16, 128, FA_CAUSAL_BOTTOM_RIGHT, 4, 1);
     run_kvcache(FA_F16, 2, 8, 8, 0, 64, FA_CAUSAL_BOTTOM_RIGHT, 4, 4);
     run_combine(FA_BF16, 3);
+    /* the fp32 FMA kernels */
+    dcase f32 = { "san general (softcap, alibi, window, sinks)", FA_F32, 1, 130, 200, 2, 1, 128, 128, FA_CAUSAL_BOTTOM_RIGHT,
+                  1, 60, 10, 5.0f, 0, 1, 1, 0, 0, 0 };
+    run_dense(&f32);
+    dcase f59 = { "san odd d, transposed", FA_F32, 1, 70, 90, 2, 2, 59, 59, FA_CAUSAL_TOP_LEFT, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0 };
+    run_dense(&f59);
+    dcase fdec = { "san decode (split-kv)", FA_F32, 1, 1, 600, 2, 2, 64, 64, FA_CAUSAL_NONE, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 };
+    run_dense(&fdec);
+    dcase fb = { "san sinks", FA_F32, 1, 100, 150, 2, 1, 64, 64, FA_CAUSAL_BOTTOM_RIGHT, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0 };
+    run_backward(&fb, 1);
+    dcase fb59 = { "san odd d, dropout+bias", FA_F32, 1, 70, 90, 2, 2, 111, 59, FA_CAUSAL_NONE, 0, 0, 0, 0, 0.2f, 0, 0, 1, 0, 0 };
+    run_backward(&fb59, 0);
+    run_varlen(FA_F32, 4, 59, FA_CAUSAL_BOTTOM_RIGHT);
+    run_kvcache(FA_F32, 2, 1, 1, 16, 64, FA_CAUSAL_BOTTOM_RIGHT, 4, 1);
+}
+
+/* The forward feature list at one dtype and head dim (d_qk = d_v = d). */
+static void features_fwd(fa_dtype t, int d)
+{
+    dcase base = { "", t, 2, 113, 203, 8, 8, d, d, FA_CAUSAL_NONE, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 };
+    dcase c;
+#define V(nm, stmt) do { c = base; c.name = nm; stmt; run_dense(&c); } while (0)
+    V("window left", (c.window = 1, c.wl = 30, c.wr = -1));
+    V("window right", (c.window = 1, c.wl = -1, c.wr = 20));
+    V("window both", (c.window = 1, c.wl = 40, c.wr = 7));
+    V("window+causal", (c.window = 1, c.wl = 40, c.wr = 7, c.causal = FA_CAUSAL_BOTTOM_RIGHT));
+    V("causal Sq>Sk (masked rows)", (c.Sq = 300, c.Sk = 100, c.causal = FA_CAUSAL_BOTTOM_RIGHT));
+    V("softcap", (c.softcap = 5.0f));
+    V("alibi", (c.alibi = 1, c.causal = FA_CAUSAL_BOTTOM_RIGHT));
+    V("sinks", (c.sinks = 1));
+    V("sinks+masked rows", (c.sinks = 1, c.Sq = 300, c.Sk = 100, c.causal = FA_CAUSAL_BOTTOM_RIGHT));
+    V("bias (batch-broadcast)", (c.bias = 1));
+    V("dropout", (c.dropout = 0.2f));
+    V("gqa 8:1", (c.Hkv = 1));
+    V("gqa 4:2", (c.H = 4, c.Hkv = 2));
+    V("transposed layout", (c.transposed = 1));
+    if (t != FA_F32) V("out fp32", (c.out_f32 = 1));   /* fp32 inputs: out is fp32 in every case */
+    V("everything", (c.alibi = 1, c.sinks = 1, c.bias = 1, c.softcap = 10, c.dropout = 0.1f, c.Hkv = 2,
+                     c.causal = FA_CAUSAL_TOP_LEFT, c.window = 1, c.wl = 50));
+#undef V
+}
+
+/* The backward feature list at one dtype and head dim. */
+static void features_bwd(fa_dtype t, int d)
+{
+    dcase base = { "", t, 2, 113, 203, 4, 4, d, d, FA_CAUSAL_NONE, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 };
+    dcase c;
+#define V(nm, det, stmt) do { c = base; c.name = nm; stmt; run_backward(&c, det); } while (0)
+    V("window both", 0, (c.window = 1, c.wl = 40, c.wr = 7));
+    V("window+causal", 0, (c.window = 1, c.wl = 40, c.wr = 7, c.causal = FA_CAUSAL_BOTTOM_RIGHT));
+    V("causal Sq>Sk (masked rows)", 0, (c.Sq = 300, c.Sk = 100, c.causal = FA_CAUSAL_BOTTOM_RIGHT));
+    V("softcap", 0, (c.softcap = 5.0f));
+    V("alibi", 0, (c.alibi = 1, c.causal = FA_CAUSAL_BOTTOM_RIGHT));
+    V("sinks+masked rows", 0, (c.sinks = 1, c.Sq = 300, c.Sk = 100, c.causal = FA_CAUSAL_BOTTOM_RIGHT));
+    V("bias", 0, (c.bias = 1));
+    V("dropout", 1, (c.dropout = 0.2f));
+    V("gqa 4:1", 0, (c.Hkv = 1));
+    V("transposed layout", 0, (c.transposed = 1));
+    if (t != FA_F32) V("grads fp32", 0, (c.out_f32 = 1));   /* fp32 inputs: the gradients are fp32 anyway */
+    V("deterministic", 1, (c.causal = FA_CAUSAL_BOTTOM_RIGHT, c.Hkv = 2, c.Sq = 300, c.Sk = 400));
+    V("everything", 1, (c.alibi = 1, c.sinks = 1, c.bias = 1, c.softcap = 10, c.dropout = 0.1f, c.Hkv = 2,
+                        c.causal = FA_CAUSAL_TOP_LEFT, c.window = 1, c.wl = 50));
+#undef V
+}
+
+/* fp32 q/k/v (the FMA kernels): the sweep again, with the head dims fp16/bf16 refuse (1, 59,
+   111, and 111/59). Runs after the fp16/bf16 sweep, so that their inputs (one random
+   stream) stay what they were. quick: d64 and d59 dense, d59 forward features, d64
+   backward features, two page sizes. */
+static void sweep_f32(void)
+{
+    static const int pairs[][2] = { {1,1}, {1,239}, {239,1}, {113,203}, {128,217}, {256,512}, {1023,1024}, {0,5}, {5,0} };
+    static const int dims[][2] = { {64,64}, {128,128}, {256,256}, {1,1}, {59,59}, {111,111}, {192,128}, {64,32}, {8,8}, {111,59} };
+    int np = sizeof pairs / sizeof pairs[0], nd = sizeof dims / sizeof dims[0];
+    for (int di = 0; di < nd; di++)
+        for (int pi = 0; pi < np; pi++)
+            for (int ci = 0; ci < 3; ci++) {
+                if (quick && (pi % 3 != 0 || (di != 0 && di != 4))) continue;
+                if (pairs[pi][0] * pairs[pi][1] > 300000 && di > 1) continue;
+                dcase c = { "dense", FA_F32, 2, pairs[pi][0], pairs[pi][1], 3, 3, dims[di][0], dims[di][1],
+                            (fa_causal)ci, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 };
+                if (pairs[pi][0] * pairs[pi][1] > 300000) c.B = 1;
+                run_dense(&c);
+            }
+    static const int fd[3] = { 64, 128, 59 };
+    for (int i = 0; i < 3; i++) if (!quick || fd[i] == 59) features_fwd(FA_F32, fd[i]);
+    run_varlen(FA_F32, 11, 64, FA_CAUSAL_NONE);
+    if (!quick) run_varlen(FA_F32, 11, 128, FA_CAUSAL_BOTTOM_RIGHT);
+    if (!quick) run_varlen(FA_F32, 1, 128, FA_CAUSAL_TOP_LEFT);
+    run_varlen(FA_F32, 11, 59, FA_CAUSAL_BOTTOM_RIGHT);
+    static const int pages[] = { 0, 1, 7, 16, 256 };
+    for (int pi = 0; pi < 5; pi++) {
+        if (quick && pi != 0 && pi != 2) continue;
+        run_kvcache(FA_F32, 3, 1, 0, pages[pi], 128, FA_CAUSAL_NONE, 8, 2);         /* decode, split-KV */
+        run_kvcache(FA_F32, 3, 1, 1, pages[pi], 64, FA_CAUSAL_BOTTOM_RIGHT, 8, 8);  /* decode + append */
+        run_kvcache(FA_F32, 2, 16, 16, pages[pi], 128, FA_CAUSAL_BOTTOM_RIGHT, 4, 1);   /* chunked prefill + append */
+        run_kvcache(FA_F32, 2, 16, 0, pages[pi], 59, FA_CAUSAL_BOTTOM_RIGHT, 4, 2);     /* chunked prefill, odd d */
+        if (!quick) run_kvcache(FA_F32, 4, 150, 150, pages[pi], 256, FA_CAUSAL_BOTTOM_RIGHT, 2, 2);
+    }
+    if (quick) run_combine(FA_F32, 3);
+    else { run_combine(FA_F32, 2); run_combine(FA_F32, 5); }
+    run_dropout_mask(FA_F32);
+    /* backward */
+    static const int bpairs[][2] = { {1,1}, {1,239}, {239,1}, {113,203}, {128,217}, {256,512}, {300,100}, {0,5}, {5,0} };
+    static const int bdims[][2] = { {64,64}, {128,128}, {256,256}, {1,1}, {59,59}, {111,111}, {192,128}, {64,32}, {111,59} };
+    int nbp = sizeof bpairs / sizeof bpairs[0], nbd = sizeof bdims / sizeof bdims[0];
+    for (int di = 0; di < nbd; di++)
+        for (int pi = 0; pi < nbp; pi++)
+            for (int ci = 0; ci < 3; ci++) {
+                if (quick && (pi % 3 != 0 || (di != 0 && di != 4))) continue;
+                if (di > 2 && pi % 2) continue;
+                dcase c = { "dense", FA_F32, 2, bpairs[pi][0], bpairs[pi][1], 2, 2, bdims[di][0], bdims[di][1],
+                            (fa_causal)ci, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 };
+                run_backward(&c, 0);
+            }
+    for (int di = 0; di < 3; di++)
+        if (!quick || di == 0) features_bwd(FA_F32, di == 0 ? 64 : di == 1 ? 128 : 256);
+    run_varlen_bwd(FA_F32, 9, 64, FA_CAUSAL_NONE, 0);
+    run_varlen_bwd(FA_F32, 9, 59, FA_CAUSAL_TOP_LEFT, 1);
+    if (!quick) run_varlen_bwd(FA_F32, 9, 128, FA_CAUSAL_BOTTOM_RIGHT, 1);
+    if (!quick) run_varlen_bwd(FA_F32, 9, 256, FA_CAUSAL_BOTTOM_RIGHT, 0);
 }
 
 int main(int argc, char **argv)
@@ -644,31 +834,7 @@ int main(int argc, char **argv)
                 run_dense(&c);
             }
     for (int ti = 0; ti < 2; ti++)
-        for (int di = 0; di < 3; di++) {
-            int d = di == 0 ? 64 : di == 1 ? 128 : 256;
-            fa_dtype t = dts[ti];
-            dcase base = { "", t, 2, 113, 203, 8, 8, d, d, FA_CAUSAL_NONE, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 };
-            dcase c;
-#define V(nm, stmt) do { c = base; c.name = nm; stmt; run_dense(&c); } while (0)
-            V("window left", (c.window = 1, c.wl = 30, c.wr = -1));
-            V("window right", (c.window = 1, c.wl = -1, c.wr = 20));
-            V("window both", (c.window = 1, c.wl = 40, c.wr = 7));
-            V("window+causal", (c.window = 1, c.wl = 40, c.wr = 7, c.causal = FA_CAUSAL_BOTTOM_RIGHT));
-            V("causal Sq>Sk (masked rows)", (c.Sq = 300, c.Sk = 100, c.causal = FA_CAUSAL_BOTTOM_RIGHT));
-            V("softcap", (c.softcap = 5.0f));
-            V("alibi", (c.alibi = 1, c.causal = FA_CAUSAL_BOTTOM_RIGHT));
-            V("sinks", (c.sinks = 1));
-            V("sinks+masked rows", (c.sinks = 1, c.Sq = 300, c.Sk = 100, c.causal = FA_CAUSAL_BOTTOM_RIGHT));
-            V("bias (batch-broadcast)", (c.bias = 1));
-            V("dropout", (c.dropout = 0.2f));
-            V("gqa 8:1", (c.Hkv = 1));
-            V("gqa 4:2", (c.H = 4, c.Hkv = 2));
-            V("transposed layout", (c.transposed = 1));
-            V("out fp32", (c.out_f32 = 1));
-            V("everything", (c.alibi = 1, c.sinks = 1, c.bias = 1, c.softcap = 10, c.dropout = 0.1f, c.Hkv = 2,
-                             c.causal = FA_CAUSAL_TOP_LEFT, c.window = 1, c.wl = 50));
-#undef V
-        }
+        for (int di = 0; di < 3; di++) features_fwd(dts[ti], di == 0 ? 64 : di == 1 ? 128 : 256);
     for (int ti = 0; ti < 2; ti++) {
         run_varlen(dts[ti], 11, 64, FA_CAUSAL_NONE);
         run_varlen(dts[ti], 11, 128, FA_CAUSAL_BOTTOM_RIGHT);
@@ -682,7 +848,7 @@ int main(int argc, char **argv)
         if (!quick) run_kvcache(FA_F16, 4, 150, 150, pages[pi], 256, FA_CAUSAL_BOTTOM_RIGHT, 2, 2);
     }
     for (int n = 1; n <= 7; n += quick ? 3 : 1) run_combine(FA_BF16, n);
-    run_dropout_mask();
+    run_dropout_mask(FA_BF16);
     /* backward */
     static const int bpairs[][2] = { {1,1}, {1,239}, {239,1}, {113,203}, {128,217}, {256,512}, {512,256}, {300,100}, {0,5}, {5,0} };
     static const int bdims[][2] = { {64,64}, {128,128}, {256,256}, {32,32}, {8,8}, {96,96}, {192,128}, {64,32}, {160,160} };
@@ -698,32 +864,15 @@ int main(int argc, char **argv)
             }
     for (int ti = 0; ti < 2; ti++)
         for (int di = 0; di < 3; di++) {
-            int d = di == 0 ? 64 : di == 1 ? 128 : 256;
-            dcase base = { "", dts[ti], 2, 113, 203, 4, 4, d, d, FA_CAUSAL_NONE, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 };
-            dcase c;
             if (quick && di == 2) continue;
-#define V(nm, det, stmt) do { c = base; c.name = nm; stmt; run_backward(&c, det); } while (0)
-            V("window both", 0, (c.window = 1, c.wl = 40, c.wr = 7));
-            V("window+causal", 0, (c.window = 1, c.wl = 40, c.wr = 7, c.causal = FA_CAUSAL_BOTTOM_RIGHT));
-            V("causal Sq>Sk (masked rows)", 0, (c.Sq = 300, c.Sk = 100, c.causal = FA_CAUSAL_BOTTOM_RIGHT));
-            V("softcap", 0, (c.softcap = 5.0f));
-            V("alibi", 0, (c.alibi = 1, c.causal = FA_CAUSAL_BOTTOM_RIGHT));
-            V("sinks+masked rows", 0, (c.sinks = 1, c.Sq = 300, c.Sk = 100, c.causal = FA_CAUSAL_BOTTOM_RIGHT));
-            V("bias", 0, (c.bias = 1));
-            V("dropout", 1, (c.dropout = 0.2f));
-            V("gqa 4:1", 0, (c.Hkv = 1));
-            V("transposed layout", 0, (c.transposed = 1));
-            V("grads fp32", 0, (c.out_f32 = 1));
-            V("deterministic", 1, (c.causal = FA_CAUSAL_BOTTOM_RIGHT, c.Hkv = 2, c.Sq = 300, c.Sk = 400));
-            V("everything", 1, (c.alibi = 1, c.sinks = 1, c.bias = 1, c.softcap = 10, c.dropout = 0.1f, c.Hkv = 2,
-                                c.causal = FA_CAUSAL_TOP_LEFT, c.window = 1, c.wl = 50));
-#undef V
+            features_bwd(dts[ti], di == 0 ? 64 : di == 1 ? 128 : 256);
         }
     for (int ti = 0; ti < 2; ti++) {
         run_varlen_bwd(dts[ti], 9, 64, FA_CAUSAL_NONE, 0);
         run_varlen_bwd(dts[ti], 9, 128, FA_CAUSAL_BOTTOM_RIGHT, ti);
         if (!quick) run_varlen_bwd(dts[ti], 9, 256, ti ? FA_CAUSAL_NONE : FA_CAUSAL_BOTTOM_RIGHT, 1 - ti);
     }
+    sweep_f32();
     printf("%d passed, %d failed\n", passes, fails);
     fa_context_destroy(cu);
     fa_context_destroy(ref);
