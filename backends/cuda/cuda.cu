@@ -15,8 +15,9 @@
  *   backward cuda/sm80: FlashAttention-2 style (backward_sm80.cuh): per 64 keys of a KV head,
  *            loop over the query tiles of the group; dK/dV in registers, dQ by fp32 atomics
  *            (deterministic=1: one launch per KV tile), pre/post kernels in backward_aux.cu.
- *   fp32     cuda/simt (simt_f32.cuh): fp32 q/k/v, forward and backward with fp32 FMA on the
- *            CUDA cores, every feature, any head dim up to 256.
+ *   fp32     cuda/tf32x3 (tf32x3_fwd.cuh): the forward of head-dim classes 64/128 on the tensor
+ *            cores, three tf32 products per fp32 product; cuda/simt (simt_f32.cuh): the rest
+ *            (class 256, the backward) with fp32 FMA; every feature, any head dim up to 256.
  */
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -161,9 +162,12 @@ static void cuda_describe(const fa_context *ctx, char *buf, size_t len)
                "instantiation without the softcap, ALiBi, bias and dropout stages serves calls that use none), "
                "D = rowsum(dO*O) and dQ conversion kernels, fp16/bf16, head-dim classes 64/128/256\n");
     H->appendf(buf, len,
-               "fp32 q/k/v: cuda/simt kernels (fp32 FMA on the CUDA cores, no tensor cores: tf32 would "
-               "miss the fp32 tolerance), every feature, any head dim up to 256; forward 64 query rows x "
-               "32 keys per tile, backward 32 keys x %d/%d query rows (d <= 64 / larger), 256 threads\n",
+               "fp32 q/k/v: every feature, any head dim up to 256; forward of head-dim classes 64/128: "
+               "cuda/tf32x3 (tensor cores, each fp32 product as three tf32 products: big*big + big*small + "
+               "small*big, fp32 accumulation; 8 warps x 16 query rows, 32 keys per tile%s); class 256 and the "
+               "backward: cuda/simt kernels (fp32 FMA on the CUDA cores; forward 64 query rows x 32 keys, "
+               "backward 32 keys x %d/%d query rows (d <= 64 / larger), 256 threads)\n",
+               getenv("FA_CUDA_F32") && !strcmp(getenv("FA_CUDA_F32"), "simt") ? "; FA_CUDA_F32=simt: the FMA kernel instead" : "",
                fa_f32_bwd_bq(64), fa_f32_bwd_bq(128));
     H->appendf(buf, len, "stream: %p%s\n", (void *)im->stream, im->stream ? "" : " (default)");
 }
@@ -242,7 +246,17 @@ static fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, in
         /* fp32 q/k/v: the fp32-FMA kernels (simt_f32.cuh), every feature, scalar loads
            (4-byte alignment, any strides) */
         *fast = 3;
-        if (fa_f32_fwd_smem(*D) > im->smem_optin)
+        /* head-dim classes 64 and 128 take the 3xTF32 tensor-core forward (tf32x3_fwd.cuh)
+           unless FA_CUDA_F32=simt asks for the FMA kernel (A/B runs) */
+        const char *fe = getenv("FA_CUDA_F32");
+        if (*D <= 128 && !(fe && !strcmp(fe, "simt")) && fa_tf32_fwd_smem(*D) <= im->smem_optin) *fast = 4;
+        int vec = p->dqk % 4 == 0 && p->dv % 4 == 0;
+        const fa_tensor *vt[3] = { &p->q, &p->k, &p->v };
+        for (int i = 0; i < 3; i++)
+            vec = vec && (uintptr_t)vt[i]->data % 16 == 0 && vt[i]->stride[0] % 4 == 0 && vt[i]->stride[1] % 4 == 0 &&
+                  vt[i]->stride[2] % 4 == 0;
+        k->f32_vec = vec;
+        if (*fast == 3 && fa_f32_fwd_smem(*D) > im->smem_optin)
             return H->set_error(ctx, FA_ERR_UNSUPPORTED,
                                 "cuda: the fp32 forward of head-dim class %d needs %d KiB shared memory per block; %s allows %d KiB",
                                 *D, fa_f32_fwd_smem(*D) / 1024, im->name, im->smem_optin / 1024);
@@ -305,7 +319,7 @@ static fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, in
         k->dropout_p = p->dropout_p; k->drop_k0 = p->drop.k0; k->drop_k1 = p->drop.k1;
         k->drop_threshold = p->drop.threshold; k->keep_scale = p->drop.keep_scale;
     }
-    const int bm = *fast == 3 ? FA_F32_FWD_BM : *fast == 2 ? FA_FWD_SM90_BM : *fast ? fa_fwd_fast_bm(*D) : 128;
+    const int bm = *fast == 4 ? FA_TF32_FWD_BM : *fast == 3 ? FA_F32_FWD_BM : *fast == 2 ? FA_FWD_SM90_BM : *fast ? fa_fwd_fast_bm(*D) : 128;
     k->m_blocks = (int)((p->max_sq + bm - 1) / bm);
     if (k->m_blocks == 0) k->m_blocks = 1;
     /* Split-KV when the grid would leave SMs idle; depends on shapes and the SM count only. */
@@ -320,7 +334,10 @@ static fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, in
     }
     k->n_splits = splits;
     *blocks = base * splits;
-    if (*fast == 3)
+    if (*fast == 4)
+        snprintf(im->qname, sizeof im->qname, "cuda/tf32x3 fwd fp32 d%d 3 tf32 mma.sync per product %dx%d 8 warps%s", *D,
+                 bm, FA_TF32_FWD_BN, splits > 1 ? " split-kv" : "");
+    else if (*fast == 3)
         snprintf(im->qname, sizeof im->qname, "cuda/simt fwd fp32 d%d fp32 FMA %dx%d 256 threads%s", *D, bm,
                  FA_F32_FWD_BN, splits > 1 ? " split-kv" : "");
     else if (*fast == 2)
@@ -413,8 +430,8 @@ static fa_status cuda_forward(fa_context *ctx, const fa_problem *p)
     cudaSetDevice(im->device);
     if (im->debug && (st = debug_check(ctx, p)) != FA_OK) return st;
     H->verbose(ctx, "cuda: forward %s (%lld blocks of %d threads, %d B shared memory)", im->qname,
-               (long long)blocks, fast == 3 ? FA_F32_NT : fast == 2 ? FA_FWD_SM90_NT : fast ? FA_FWD_FAST_NT : 256,
-               fast == 3 ? fa_f32_fwd_smem(D) : fast == 2 ? fa_fwd_sm90_smem(D) : fast ? fa_fwd_fast_smem(D) : fa_fwd_smem(D));
+               (long long)blocks, fast >= 3 ? FA_F32_NT : fast == 2 ? FA_FWD_SM90_NT : fast ? FA_FWD_FAST_NT : 256,
+               fast == 4 ? fa_tf32_fwd_smem(D) : fast == 3 ? fa_f32_fwd_smem(D) : fast == 2 ? fa_fwd_sm90_smem(D) : fast ? fa_fwd_fast_smem(D) : fa_fwd_smem(D));
     if (blocks == 0 || p->hq == 0 || p->batch == 0) return FA_OK;
     void *ws = NULL;
     cudaError_t e = cudaSuccess;
@@ -427,7 +444,8 @@ static fa_status cuda_forward(fa_context *ctx, const fa_problem *p)
         k.lse_part = k.o_part + (size_t)k.n_splits * rows * p->dv;
     }
     const bool bf = p->q.dtype == FA_BF16;
-    if (fast == 3) switch (D) {
+    if (fast == 4) e = D == 64 ? fa_tf32_fwd_launch<64>(k, blocks, im->stream) : fa_tf32_fwd_launch<128>(k, blocks, im->stream);
+    else if (fast == 3) switch (D) {
     case 64: e = fa_f32_fwd_launch<64>(k, blocks, im->stream); break;
     case 128: e = fa_f32_fwd_launch<128>(k, blocks, im->stream); break;
     default: e = fa_f32_fwd_launch<256>(k, blocks, im->stream); break;
@@ -483,7 +501,7 @@ static fa_status bwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_bwd *k, in
         return H->set_error(ctx, FA_ERR_UNSUPPORTED, "cuda: no backward for the KV-cache layout");
     fa_status st = fwd_plan(ctx, p, &k->f, D, &fb, &ffast);
     if (st != FA_OK) return st;
-    const int f32 = ffast == 3;
+    const int f32 = ffast >= 3;
     if (f32 && fa_f32_bwd_smem(*D) > im->smem_optin)
         return H->set_error(ctx, FA_ERR_UNSUPPORTED,
                             "cuda: the fp32 backward of head-dim class %d needs %d KiB shared memory per block; %s allows %d KiB",

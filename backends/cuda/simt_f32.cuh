@@ -36,12 +36,12 @@
 #include "kernels.h"
 
 /* Rows [0, R) x columns [0, D) of a tile with row pitch LD floats, from global rows
-   rowptr(r); rows >= nvalid and columns >= ncols are zero. */
-template <int R, int D, int LD, typename RowFn>
+   rowptr(r), by NT threads; rows >= nvalid and columns >= ncols are zero. */
+template <int R, int D, int LD, int NT = FA_F32_NT, typename RowFn>
 __device__ __forceinline__ void fa_f32_load(float *dst, int nvalid, int ncols, RowFn rowptr)
 {
     constexpr int C4 = D / 4;
-    for (int idx = threadIdx.x; idx < R * C4; idx += FA_F32_NT) {
+    for (int idx = threadIdx.x; idx < R * C4; idx += NT) {
         const int r = idx / C4, c = (idx % C4) * 4;
         float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
         if (r < nvalid && c < ncols) {

@@ -1,0 +1,301 @@
+/* tf32x3_fwd.cuh - the fp32 forward on the tensor cores: each fp32 operand x is split into
+ * big = tf32(x) (rounded to nearest, 10 mantissa bits) and small = tf32(x - big), and every
+ * product a b is taken as big_a big_b + big_a small_b + small_a big_b (three mma.sync
+ * m16n8k8 tf32 with fp32 accumulation; the dropped small_a small_b is ~2^-22 of |a b|).
+ * That keeps the fp32 rule of TESTING.md (1e-5 of max|out|) where plain tf32 would not.
+ *
+ * The split is three plain instructions (fa_tf32_split).
+ * Layout (head-dim classes 64 and 128; 256 runs simt_f32.cuh): one block = 128 query rows
+ * of one (sequence, head) and one KV split, 8 warps x 16 rows; KV tiles of 32 keys.
+ * Shared memory holds Q [128][D+4], K and V [32][D+4] as fp32 (pitch D+4: the fragment
+ * loads below, 8 rows x 4 columns per instruction, fall in 32 different banks); operands
+ * are split as they are loaded into fragments. K and V arrive by cp.async, each copy
+ * overlapping the other tensor's product.
+ * m16n8k8 fragments (g = lane / 4, t = lane % 4): A a0 (g, t) a1 (g+8, t) a2 (g, t+4)
+ * a3 (g+8, t+4); B b0 (k t, n g) b1 (k t+4, n g); C c0 c1 (g, 2t..2t+1) c2 c3 (g+8, ..).
+ * S's C fragment becomes P V's A fragment without any exchange by reading the 8 keys of a
+ * k-step in the order 0 2 4 6 1 3 5 7: A column t is key 2t, column t+4 key 2t+1, so
+ * a0 = c0, a1 = c2, a2 = c1, a3 = c3, and V's B fragment takes rows 2t and 2t+1.
+ * The score pipeline, the online softmax (natural units, expf), dropout, sinks and the
+ * epilogue are simt_f32.cuh's, per element.
+ */
+#ifndef FA_CUDA_TF32X3_FWD_CUH
+#define FA_CUDA_TF32X3_FWD_CUH
+
+#include "simt_f32.cuh"
+
+/* x = big + small: big = x rounded to tf32 (half an ulp added to the bits, the 13 low bits
+   cleared: ties away from zero), small = x - big exactly (fp32). The tensor cores read tf32
+   operands from the top 19 bits of the register, so small enters the product truncated to
+   tf32 (at most 2^-10 of |small| <= 2^-21 |x| lost). Three full-rate integer/fp32
+   instructions; cvt.rna.tf32.f32 twice cost more issue slots and (ncu, d128 S8k) left the
+   warps stalled on its latency. */
+__device__ __forceinline__ void fa_tf32_split(float x, uint32_t &big, uint32_t &small)
+{
+    big = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+    small = __float_as_uint(x - __uint_as_float(big));
+}
+
+__device__ __forceinline__ void fa_mma_tf32(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+/* Asynchronous copy (cp.async) of rows [0, R) x columns [0, D) into a tile of pitch LD
+   floats, by NT threads; rows >= nvalid and columns >= ncols are zero-filled. vec: 16-byte
+   copies (rows 16-byte aligned and ncols a multiple of 4: fa_cu_fwd.f32_vec), else 4-byte
+   ones. safe: any valid global address (the source operand of a zero-fill). */
+template <int R, int D, int LD, int NT, typename RowFn>
+__device__ __forceinline__ void fa_f32_load_async(float *dst, int nvalid, int ncols, bool vec, const float *safe,
+                                                  RowFn rowptr)
+{
+    if (vec) {
+        constexpr int C4 = D / 4;
+        for (int idx = threadIdx.x; idx < R * C4; idx += NT) {
+            const int r = idx / C4, c = (idx % C4) * 4;
+            const bool ok = r < nvalid && c < ncols;
+            fa_cp_async16(dst + r * LD + c, ok ? rowptr(r) + c : safe, ok ? 16 : 0);
+        }
+    } else {
+        for (int idx = threadIdx.x; idx < R * D; idx += NT) {
+            const int r = idx / D, c = idx % D;
+            const bool ok = r < nvalid && c < ncols;
+            fa_cp_async4(dst + r * LD + c, ok ? rowptr(r) + c : safe, ok ? 4 : 0);
+        }
+    }
+}
+
+template <int D>
+__global__ void __launch_bounds__(FA_TF32_NT, 2) fa_tf32_fwd_kernel(const fa_cu_fwd p)
+{
+    constexpr int BM = FA_TF32_FWD_BM, BN = FA_TF32_FWD_BN, LD = D + 4, NT = BN / 8;
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    float *sQ = reinterpret_cast<float *>(fa_smem);
+    float *sK = sQ + BM * LD, *sV = sK + BN * LD;
+
+    int64_t bid = blockIdx.x;
+    const int mb = (int)(bid % p.m_blocks); bid /= p.m_blocks;
+    const int split = (int)(bid % p.n_splits); bid /= p.n_splits;
+    const int h = (int)(bid % p.hq);
+    const int b = (int)(bid / p.hq);
+    const fa_dseq s = fa_dev_seq(p, b);
+    const int m0 = mb * BM;
+    if (m0 >= s.sq) return;
+    const int hk = h / p.group;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+
+    const int last = min(m0 + BM, s.sq) - 1;
+    int lo = 0, hi = s.sk;
+    if (p.window_left >= 0) lo = max(0, m0 + s.off - p.window_left);
+    if (p.window_right >= 0) hi = min(s.sk, last + s.off + p.window_right + 1);
+    int nb_lo = lo / BN, nb_hi = hi > lo ? (hi + BN - 1) / BN : nb_lo;
+    {
+        const int total = nb_hi - nb_lo, per = (total + p.n_splits - 1) / p.n_splits;
+        nb_lo = min(nb_hi, nb_lo + split * per);
+        nb_hi = min(nb_hi, nb_lo + per);
+    }
+    const int full_lo = p.window_left >= 0 ? last + s.off - p.window_left : 0;
+    const int full_hi = p.window_right >= 0 ? min(s.sk, m0 + s.off + p.window_right + 1) : s.sk;
+
+    const float *qbase = reinterpret_cast<const float *>(p.q) + s.tb * p.q_sb + (s.q0 + m0) * p.q_ss + (int64_t)h * p.q_sh;
+    const float *kbase = reinterpret_cast<const float *>(p.k), *vbase = reinterpret_cast<const float *>(p.v);
+    fa_f32_load<BM, D, LD, FA_TF32_NT>(sQ, s.sq - m0, p.dqk, [&](int r) { return qbase + (int64_t)r * p.q_ss; });
+
+    float oacc[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; i++) oacc[i][0] = oacc[i][1] = oacc[i][2] = oacc[i][3] = 0.f;
+    float rmax[2] = { -INFINITY, -INFINITY }, rsum[2] = { 0.f, 0.f };
+    const int qi[2] = { m0 + warp * 16 + g, m0 + warp * 16 + g + 8 };
+    const float *q0 = sQ + (warp * 16 + g) * LD, *q1 = q0 + 8 * LD;
+    const float slope = p.alibi ? p.alibi[h] : 0.f;
+    const int kq = (p.dqk + 7) / 8, kv = (p.dv + 7) / 8;
+
+    /* K and V tiles stream through single buffers, FlashAttention-2's way: V(n) is copied
+       while S(n) = Q K(n)^T is computed, K(n+1) while the softmax and P V(n) run. Every
+       step commits one cp.async group (empty ones included), so "wait_group 1" always
+       means "all but the newest". */
+    auto load_k = [&](int nb) {
+        const int n0 = nb * BN;
+        fa_f32_load_async<BN, D, LD, FA_TF32_NT>(sK, min(BN, s.sk - n0), p.dqk, p.f32_vec, kbase, [&](int r) {
+            return kbase + fa_dev_krow(p, s, b, n0 + r, hk, p.k_sb, p.k_ss, p.k_sh);
+        });
+    };
+    auto load_v = [&](int nb) {
+        const int n0 = nb * BN;
+        fa_f32_load_async<BN, D, LD, FA_TF32_NT>(sV, min(BN, s.sk - n0), p.dv, p.f32_vec, vbase, [&](int r) {
+            return vbase + fa_dev_krow(p, s, b, n0 + r, hk, p.v_sb, p.v_ss, p.v_sh);
+        });
+    };
+    if (nb_lo < nb_hi) load_k(nb_lo);
+    fa_cp_async_commit();
+
+    for (int nb = nb_lo; nb < nb_hi; nb++) {
+        const int n0 = nb * BN, nval = min(BN, s.sk - n0);
+        load_v(nb);                 /* the previous P V finished with sV (barrier at its end) */
+        fa_cp_async_commit();
+        asm volatile("cp.async.wait_group 1;\n" ::);   /* K(nb) has landed */
+        __syncthreads();
+
+        /* S = Q K^T: 16 rows x 32 keys per warp */
+        float sacc[NT][4];
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) sacc[nt][0] = sacc[nt][1] = sacc[nt][2] = sacc[nt][3] = 0.f;
+#pragma unroll
+        for (int ks = 0; ks < D / 8; ks++) {
+            if (ks >= kq) break;
+            const int c = ks * 8 + t;
+            const float a[4] = { q0[c], q1[c], q0[c + 4], q1[c + 4] };
+            uint32_t ab[4], as[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) fa_tf32_split(a[e], ab[e], as[e]);
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                const float *kr = sK + (nt * 8 + g) * LD + c;
+                uint32_t bb0, bs0, bb1, bs1;
+                fa_tf32_split(kr[0], bb0, bs0);
+                fa_tf32_split(kr[4], bb1, bs1);
+                fa_mma_tf32(sacc[nt], as, bb0, bb1);
+                fa_mma_tf32(sacc[nt], ab, bs0, bs1);
+                fa_mma_tf32(sacc[nt], ab, bb0, bb1);
+            }
+        }
+
+        __syncthreads();            /* every warp is done with sK */
+        if (nb + 1 < nb_hi) load_k(nb + 1);
+        fa_cp_async_commit();
+
+        /* scores -> logits, masked; online softmax over the quad that holds a row */
+        const bool need_mask = n0 < full_lo || n0 + BN > full_hi;
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int i = qi[e / 2], j = n0 + nt * 8 + 2 * t + (e & 1);
+                float td;
+                float x = fa_f32_logit(p, s, b, h, i, j, sacc[nt][e], slope, &td);
+                if (need_mask && !fa_f32_visible(p, s, i, j)) x = -INFINITY;
+                sacc[nt][e] = x;
+            }
+        float alpha[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float mx = rmax[r];
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) mx = fmaxf(mx, fmaxf(sacc[nt][2 * r], sacc[nt][2 * r + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float ms = mx == -INFINITY ? 0.f : mx;
+            alpha[r] = expf(rmax[r] - ms);
+            rmax[r] = mx;
+            float sum = 0.f;
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                sacc[nt][2 * r] = expf(sacc[nt][2 * r] - ms);
+                sacc[nt][2 * r + 1] = expf(sacc[nt][2 * r + 1] - ms);
+                sum += sacc[nt][2 * r] + sacc[nt][2 * r + 1];
+            }
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            rsum[r] = rsum[r] * alpha[r] + sum;
+        }
+#pragma unroll
+        for (int i = 0; i < D / 8; i++) {
+            oacc[i][0] *= alpha[0]; oacc[i][1] *= alpha[0];
+            oacc[i][2] *= alpha[1]; oacc[i][3] *= alpha[1];
+        }
+        if (p.dropout_p > 0.f) {   /* after the sum: l counts every key (API.md) */
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    if (fa_f32_keep(p, s, b, h, qi[e / 2], n0 + nt * 8 + 2 * t + (e & 1)) == 0.f) sacc[nt][e] = 0.f;
+        }
+
+        asm volatile("cp.async.wait_group 1;\n" ::);   /* V(nb) has landed */
+        __syncthreads();
+
+        /* O += P V: k-step ks = keys 8ks.. in the order 0 2 4 6 1 3 5 7 (see the top) */
+#pragma unroll
+        for (int ks = 0; ks < NT; ks++) {
+            if (ks * 8 >= nval) break;
+            const float a[4] = { sacc[ks][0], sacc[ks][2], sacc[ks][1], sacc[ks][3] };
+            uint32_t ab[4], as[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) fa_tf32_split(a[e], ab[e], as[e]);
+            const float *v0 = sV + (ks * 8 + 2 * t) * LD + g, *v1 = v0 + LD;
+#pragma unroll
+            for (int nt = 0; nt < D / 8; nt++) {
+                if (nt >= kv) break;
+                uint32_t bb0, bs0, bb1, bs1;
+                fa_tf32_split(v0[nt * 8], bb0, bs0);
+                fa_tf32_split(v1[nt * 8], bb1, bs1);
+                fa_mma_tf32(oacc[nt], as, bb0, bb1);
+                fa_mma_tf32(oacc[nt], ab, bs0, bs1);
+                fa_mma_tf32(oacc[nt], ab, bb0, bb1);
+            }
+        }
+        __syncthreads();            /* every warp is done with sV */
+    }
+    fa_cp_async_wait_all();
+
+    /* epilogue (simt_f32.cuh's): sinks, normalisation, one write of O and LSE */
+    const int64_t rows = (int64_t)p.batch * p.hq * p.sq;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float l = rsum[r], m = rmax[r], fac, lse;
+        if (p.sinks && p.n_splits == 1) {
+            const float sk = p.sinks[h], M = fmaxf(m, sk);
+            const float em = m == -INFINITY ? 0.f : expf(m - M);
+            l = l * em + expf(sk - M);
+            fac = em / l;
+            lse = M + logf(l);
+        } else if (m == -INFINITY || l == 0.f) {
+            fac = 0.f;
+            lse = -INFINITY;
+        } else {
+            fac = 1.f / l;
+            lse = m + logf(l);
+        }
+        if (m != m || l != l) { fac = __int_as_float(0x7fc00000); lse = fac; }
+        fac *= p.keep_scale;
+        const int i = qi[r];
+        if (i >= s.sq) continue;
+        float *op;
+        int64_t orow, li;
+        int odt;
+        if (p.n_splits > 1) {
+            const int64_t row = ((int64_t)b * p.hq + h) * p.sq + i;
+            op = p.o_part; odt = FA_CU_F32;
+            orow = ((int64_t)split * rows + row) * p.dv;
+            li = (int64_t)split * rows + row;
+        } else {
+            op = reinterpret_cast<float *>(p.out); odt = p.out_dtype;
+            orow = s.tb * p.o_sb + (s.q0 + i) * p.o_ss + (int64_t)h * p.o_sh;
+            li = p.layout == FA_CU_VARLEN ? (int64_t)h * p.total_q + s.q0 + i : ((int64_t)b * p.hq + h) * p.sq + i;
+        }
+#pragma unroll
+        for (int nt = 0; nt < D / 8; nt++) {
+            const int c = nt * 8 + 2 * t;
+            if (c < p.dv) fa_st_any(op, odt, orow + c, oacc[nt][2 * r] * fac);
+            if (c + 1 < p.dv) fa_st_any(op, odt, orow + c + 1, oacc[nt][2 * r + 1] * fac);
+        }
+        if (t == 0) {
+            if (p.n_splits > 1) p.lse_part[li] = lse;
+            else if (p.lse) p.lse[li] = lse;
+        }
+    }
+}
+
+template <int D>
+cudaError_t fa_tf32_fwd_launch(const fa_cu_fwd &p, int64_t blocks, cudaStream_t st)
+{
+    const int smem = fa_tf32_fwd_smem(D);
+    cudaError_t e = cudaFuncSetAttribute(fa_tf32_fwd_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess) return e;
+    fa_tf32_fwd_kernel<D><<<(unsigned)blocks, FA_TF32_NT, smem, st>>>(p);
+    return cudaGetLastError();
+}
+
+#endif /* FA_CUDA_TF32X3_FWD_CUH */
