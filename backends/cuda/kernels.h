@@ -108,11 +108,11 @@ template <int D> cudaError_t fa_f32_bwd_launch(const fa_cu_bwd &p, int64_t block
 
 /* tf32x3_fwd.cu: the fp32 forward on the tensor cores (tf32x3_fwd.cuh: three tf32
    products per fp32 product), head-dim classes 64 and 128; 8 warps x 16 query rows, KV
-   tiles of 32 keys; shared memory Q [128][D+4], K and V [32][D+4] floats. */
+   tiles of 32 keys; shared memory Q [128][D+8], K [32][D+8], V [32][D+4] floats. */
 #define FA_TF32_NT 256
 #define FA_TF32_FWD_BM 128
 #define FA_TF32_FWD_BN 32
-static constexpr inline int fa_tf32_fwd_smem(int D) { return (FA_TF32_FWD_BM + 2 * FA_TF32_FWD_BN) * (D + 4) * 4; }
+static constexpr inline int fa_tf32_fwd_smem(int D) { return ((FA_TF32_FWD_BM + FA_TF32_FWD_BN) * (D + 8) + FA_TF32_FWD_BN * (D + 4)) * 4; }
 template <int D> cudaError_t fa_tf32_fwd_launch(const fa_cu_fwd &p, int64_t blocks, cudaStream_t st);
 
 cudaError_t fa_combine_launch(const fa_cu_combine &c, int sms, cudaStream_t st);

@@ -7,8 +7,8 @@
  * The split is three plain instructions (fa_tf32_split).
  * Layout (head-dim classes 64 and 128; 256 runs simt_f32.cuh): one block = 128 query rows
  * of one (sequence, head) and one KV split, 8 warps x 16 rows; KV tiles of 32 keys.
- * Shared memory holds Q [128][D+4], K and V [32][D+4] as fp32 (pitch D+4: the fragment
- * loads below, 8 rows x 4 columns per instruction, fall in 32 different banks); operands
+ * Shared memory holds Q [128][D+8], K [32][D+8] and V [32][D+4] as fp32 (pitches chosen
+ * so that the fragment loads below fall in different banks); operands
  * are split as they are loaded into fragments. K and V arrive by cp.async, each copy
  * overlapping the other tensor's product.
  * m16n8k8 fragments (g = lane / 4, t = lane % 4): A a0 (g, t) a1 (g+8, t) a2 (g, t+4)
@@ -70,10 +70,10 @@ __device__ __forceinline__ void fa_f32_load_async(float *dst, int nvalid, int nc
 template <int D>
 __global__ void __launch_bounds__(FA_TF32_NT, 2) fa_tf32_fwd_kernel(const fa_cu_fwd p)
 {
-    constexpr int BM = FA_TF32_FWD_BM, BN = FA_TF32_FWD_BN, LD = D + 4, NT = BN / 8;
+    constexpr int BM = FA_TF32_FWD_BM, BN = FA_TF32_FWD_BN, LD = D + 8, LDV = D + 4, NT = BN / 8;
     extern __shared__ __align__(16) unsigned char fa_smem[];
     float *sQ = reinterpret_cast<float *>(fa_smem);
-    float *sK = sQ + BM * LD, *sV = sK + BN * LD;
+    float *sK = sQ + BM * LD, *sV = sK + BN * LD;   /* sV: pitch LDV */
 
     int64_t bid = blockIdx.x;
     const int mb = (int)(bid % p.m_blocks); bid /= p.m_blocks;
@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(FA_TF32_NT, 2) fa_tf32_fwd_kernel(const fa_cu_
     };
     auto load_v = [&](int nb) {
         const int n0 = nb * BN;
-        fa_f32_load_async<BN, D, LD, FA_TF32_NT>(sV, min(BN, s.sk - n0), p.dv, p.f32_vec, vbase, [&](int r) {
+        fa_f32_load_async<BN, D, LDV, FA_TF32_NT>(sV, min(BN, s.sk - n0), p.dv, p.f32_vec, vbase, [&](int r) {
             return vbase + fa_dev_krow(p, s, b, n0 + r, hk, p.v_sb, p.v_ss, p.v_sh);
         });
     };
@@ -145,17 +145,21 @@ __global__ void __launch_bounds__(FA_TF32_NT, 2) fa_tf32_fwd_kernel(const fa_cu_
 #pragma unroll
         for (int ks = 0; ks < D / 8; ks++) {
             if (ks >= kq) break;
-            const int c = ks * 8 + t;
-            const float a[4] = { q0[c], q1[c], q0[c + 4], q1[c + 4] };
+            /* the k-step's 8 columns in the order 0 2 4 6 1 3 5 7 (A column t = column 2t,
+               t+4 = 2t+1; B likewise): each lane's two values of a row are adjacent, one
+               64-bit load (pitch D+8: the 32 lanes' pairs fill the 32 banks twice) */
+            const int c = ks * 8 + 2 * t;
+            const float2 qa = *reinterpret_cast<const float2 *>(q0 + c), qb = *reinterpret_cast<const float2 *>(q1 + c);
+            const float a[4] = { qa.x, qb.x, qa.y, qb.y };
             uint32_t ab[4], as[4];
 #pragma unroll
             for (int e = 0; e < 4; e++) fa_tf32_split(a[e], ab[e], as[e]);
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
-                const float *kr = sK + (nt * 8 + g) * LD + c;
+                const float2 kr = *reinterpret_cast<const float2 *>(sK + (nt * 8 + g) * LD + c);
                 uint32_t bb0, bs0, bb1, bs1;
-                fa_tf32_split(kr[0], bb0, bs0);
-                fa_tf32_split(kr[4], bb1, bs1);
+                fa_tf32_split(kr.x, bb0, bs0);
+                fa_tf32_split(kr.y, bb1, bs1);
                 fa_mma_tf32(sacc[nt], as, bb0, bb1);
                 fa_mma_tf32(sacc[nt], ab, bs0, bs1);
                 fa_mma_tf32(sacc[nt], ab, bb0, bb1);
@@ -224,7 +228,7 @@ __global__ void __launch_bounds__(FA_TF32_NT, 2) fa_tf32_fwd_kernel(const fa_cu_
             uint32_t ab[4], as[4];
 #pragma unroll
             for (int e = 0; e < 4; e++) fa_tf32_split(a[e], ab[e], as[e]);
-            const float *v0 = sV + (ks * 8 + 2 * t) * LD + g, *v1 = v0 + LD;
+            const float *v0 = sV + (ks * 8 + 2 * t) * LDV + g, *v1 = v0 + LDV;
 #pragma unroll
             for (int nt = 0; nt < D / 8; nt++) {
                 if (nt >= kv) break;
