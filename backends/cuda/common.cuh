@@ -158,4 +158,82 @@ __device__ __forceinline__ int64_t fa_dev_krow(const fa_cu_fwd &p, const fa_dseq
     return s.tb * sb + (s.k0 + j) * ss + (int64_t)hk * sh;
 }
 
+/* ---- where a block sits ---------------------------------------------------------------- */
+/* Keys visible to every query row in [first, last]: [full_lo, full_hi). Row windows grow
+   with the row, so the last row has the largest lower bound and the first the smallest
+   upper one; a KV tile inside needs no per-element mask. */
+__device__ __forceinline__ void fa_fwd_full_range(const fa_cu_fwd &p, const fa_dseq &s, int first, int last,
+                                                  int &full_lo, int &full_hi)
+{
+    full_lo = p.window_left >= 0 ? last + s.off - p.window_left : 0;
+    full_hi = p.window_right >= 0 ? min(s.sk, first + s.off + p.window_right + 1) : s.sk;
+}
+
+/* A forward block: block index -> (b, h, KV split, m-block), m-block fastest; m0 and last
+   = its first and last query rows; [nb_lo, nb_hi) = the KV tiles of BN keys its rows can
+   see (the union of their windows clamped to [0, sk), then this split's share);
+   [full_lo, full_hi) = fa_fwd_full_range of its rows. false: the block has no rows. */
+struct fa_fwd_block {
+    fa_dseq s;
+    int b, h, hk, split, m0, last, nb_lo, nb_hi, full_lo, full_hi;
+};
+template <int BM, int BN>
+__device__ __forceinline__ bool fa_fwd_block_of(const fa_cu_fwd &p, fa_fwd_block &k)
+{
+    int64_t bid = blockIdx.x;
+    const int mb = (int)(bid % p.m_blocks); bid /= p.m_blocks;
+    k.split = (int)(bid % p.n_splits); bid /= p.n_splits;
+    k.h = (int)(bid % p.hq);
+    k.b = (int)(bid / p.hq);
+    k.s = fa_dev_seq(p, k.b);
+    k.m0 = mb * BM;
+    if (k.m0 >= k.s.sq) return false;
+    k.hk = k.h / p.group;
+    const fa_dseq &s = k.s;
+    k.last = min(k.m0 + BM, s.sq) - 1;
+    int lo = 0, hi = s.sk;
+    if (p.window_left >= 0) lo = max(0, k.m0 + s.off - p.window_left);
+    if (p.window_right >= 0) hi = min(s.sk, k.last + s.off + p.window_right + 1);
+    int nb_lo = lo / BN, nb_hi = hi > lo ? (hi + BN - 1) / BN : nb_lo;
+    const int total = nb_hi - nb_lo, per = (total + p.n_splits - 1) / p.n_splits;
+    nb_lo = min(nb_hi, nb_lo + k.split * per);
+    k.nb_lo = nb_lo;
+    k.nb_hi = min(nb_hi, nb_lo + per);
+    fa_fwd_full_range(p, s, k.m0, k.last, k.full_lo, k.full_hi);
+    return true;
+}
+
+/* A backward block: block index -> (b, KV head, KV tile of BN keys) (pb.kv_tile >= 0: that
+   tile, one launch per tile); n0 = its first key; [mt_lo, mt_lo + nq) = the query tiles
+   of BQ rows that can see any of its keys (row windows grow with the row), for each head
+   of the group: iters = nq * group. false: the tile starts past the sequence. */
+struct fa_bwd_block {
+    fa_dseq s;
+    int b, hk, n0, mt_lo, nq, iters;
+};
+template <int BN, int BQ>
+__device__ __forceinline__ bool fa_bwd_block_of(const fa_cu_bwd &pb, fa_bwd_block &k)
+{
+    const fa_cu_fwd &p = pb.f;
+    int64_t bid = blockIdx.x;
+    int nb;
+    if (pb.kv_tile >= 0) nb = pb.kv_tile;
+    else { nb = (int)(bid % pb.n_blocks); bid /= pb.n_blocks; }
+    k.hk = (int)(bid % p.hkv);
+    k.b = (int)(bid / p.hkv);
+    k.s = fa_dev_seq(p, k.b);
+    k.n0 = nb * BN;
+    if (k.n0 >= k.s.sk) return false;
+    const fa_dseq &s = k.s;
+    const int nlast = min(k.n0 + BN, s.sk) - 1;
+    int ilo = 0, ihi = s.sq;
+    if (p.window_right >= 0) ilo = max(0, k.n0 - s.off - p.window_right);
+    if (p.window_left >= 0) ihi = min(s.sq, nlast - s.off + p.window_left + 1);
+    k.mt_lo = ilo / BQ;
+    const int mt_hi = ihi > ilo ? (ihi + BQ - 1) / BQ : k.mt_lo;
+    k.nq = mt_hi - k.mt_lo;
+    k.iters = k.nq * p.group;
+    return true;
+}
+
 #endif /* FA_CUDA_COMMON_CUH */

@@ -108,31 +108,16 @@ __global__ void __launch_bounds__(256, fa_fwd_sm90_minb(D)) fa_fwd_sm90_kernel(c
     unsigned char *sK = sQ + C::QB;          /* 2 stages */
     unsigned char *sV = sK + 2 * C::KB;      /* 2 stages */
 
-    int64_t bid = blockIdx.x;
-    const int mb = (int)(bid % p.m_blocks); bid /= p.m_blocks;
-    const int split = (int)(bid % p.n_splits); bid /= p.n_splits;
-    const int h = (int)(bid % p.hq);
-    const int b = (int)(bid / p.hq);
-    const fa_dseq s = fa_dev_seq(p, b);
-    const int m0 = mb * BM;
-    if (m0 >= s.sq) return;
-    const int hk = h / p.group;
+    fa_fwd_block fb;
+    if (!fa_fwd_block_of<BM, BN>(p, fb)) return;
+    const fa_dseq s = fb.s;
+    const int b = fb.b, h = fb.h, hk = fb.hk, split = fb.split, m0 = fb.m0;
+    const int nb_lo = fb.nb_lo, nb_hi = fb.nb_hi;
     const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
-
-    const int last = min(m0 + BM, s.sq) - 1;
-    int lo = 0, hi = s.sk;
-    if (p.window_left >= 0) lo = max(0, m0 + s.off - p.window_left);
-    if (p.window_right >= 0) hi = min(s.sk, last + s.off + p.window_right + 1);
-    int nb_lo = lo / BN, nb_hi = hi > lo ? (hi + BN - 1) / BN : nb_lo;
-    {
-        int total = nb_hi - nb_lo, per = (total + p.n_splits - 1) / p.n_splits;
-        nb_lo = min(nb_hi, nb_lo + split * per);
-        nb_hi = min(nb_hi, nb_lo + per);
-    }
     /* The rows of this warpgroup decide which of its tiles need the mask. */
     const int wm0 = m0 + wg * 64, wlast = min(wm0 + 63, s.sq - 1);
-    const int full_lo = p.window_left >= 0 ? wlast + s.off - p.window_left : 0;
-    const int full_hi = p.window_right >= 0 ? min(s.sk, wm0 + s.off + p.window_right + 1) : s.sk;
+    int full_lo, full_hi;
+    fa_fwd_full_range(p, s, wm0, wlast, full_lo, full_hi);
 
     const T *qbase = reinterpret_cast<const T *>(p.q) + s.tb * p.q_sb + (s.q0 + m0) * p.q_ss + (int64_t)h * p.q_sh;
     const T *kbase = reinterpret_cast<const T *>(p.k) + s.tb * p.k_sb + s.k0 * p.k_ss + (int64_t)hk * p.k_sh;

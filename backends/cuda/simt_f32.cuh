@@ -115,31 +115,12 @@ __global__ void __launch_bounds__(FA_F32_NT) fa_f32_fwd_kernel(const fa_cu_fwd p
     float *sQ = reinterpret_cast<float *>(fa_smem);
     float *sK = sQ + BM * LD, *sV = sK + BN * LD, *sP = sV + BN * LD;   /* sP: [key][row] */
 
-    int64_t bid = blockIdx.x;
-    const int mb = (int)(bid % p.m_blocks); bid /= p.m_blocks;
-    const int split = (int)(bid % p.n_splits); bid /= p.n_splits;
-    const int h = (int)(bid % p.hq);
-    const int b = (int)(bid / p.hq);
-    const fa_dseq s = fa_dev_seq(p, b);
-    const int m0 = mb * BM;
-    if (m0 >= s.sq) return;
-    const int hk = h / p.group;
+    fa_fwd_block fb;
+    if (!fa_fwd_block_of<BM, BN>(p, fb)) return;
+    const fa_dseq s = fb.s;
+    const int b = fb.b, h = fb.h, hk = fb.hk, split = fb.split, m0 = fb.m0;
+    const int nb_lo = fb.nb_lo, nb_hi = fb.nb_hi, full_lo = fb.full_lo, full_hi = fb.full_hi;
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-
-    /* KV tiles this block may see (the union of its rows' windows), then its split's share;
-       tiles inside every row's window need no per-element mask (forward_sm80.cuh) */
-    const int last = min(m0 + BM, s.sq) - 1;
-    int lo = 0, hi = s.sk;
-    if (p.window_left >= 0) lo = max(0, m0 + s.off - p.window_left);
-    if (p.window_right >= 0) hi = min(s.sk, last + s.off + p.window_right + 1);
-    int nb_lo = lo / BN, nb_hi = hi > lo ? (hi + BN - 1) / BN : nb_lo;
-    {
-        const int total = nb_hi - nb_lo, per = (total + p.n_splits - 1) / p.n_splits;
-        nb_lo = min(nb_hi, nb_lo + split * per);
-        nb_hi = min(nb_hi, nb_lo + per);
-    }
-    const int full_lo = p.window_left >= 0 ? last + s.off - p.window_left : 0;
-    const int full_hi = p.window_right >= 0 ? min(s.sk, m0 + s.off + p.window_right + 1) : s.sk;
 
     const float *qbase = reinterpret_cast<const float *>(p.q) + s.tb * p.q_sb + (s.q0 + m0) * p.q_ss + (int64_t)h * p.q_sh;
     const float *kbase = reinterpret_cast<const float *>(p.k), *vbase = reinterpret_cast<const float *>(p.v);
@@ -301,25 +282,12 @@ __global__ void __launch_bounds__(FA_F32_NT) fa_f32_bwd_kernel(const fa_cu_bwd p
     float *sPz = sdO + BQ * LD, *sdS = sPz + BN * PL;   /* [key][row] */
     float *sL = sdS + BN * PL, *sDs = sL + BQ;
 
-    int64_t bid = blockIdx.x;
-    int nb;
-    if (pb.kv_tile >= 0) nb = pb.kv_tile;
-    else { nb = (int)(bid % pb.n_blocks); bid /= pb.n_blocks; }
-    const int hk = (int)(bid % p.hkv);
-    const int b = (int)(bid / p.hkv);
-    const fa_dseq s = fa_dev_seq(p, b);
-    const int n0 = nb * BN;
-    if (n0 >= s.sk) return;
+    fa_bwd_block kb;
+    if (!fa_bwd_block_of<BN, BQ>(pb, kb)) return;
+    const fa_dseq s = kb.s;
+    const int b = kb.b, hk = kb.hk, n0 = kb.n0, mt_lo = kb.mt_lo, nq = kb.nq, iters = kb.iters;
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
     const int G = p.group;
-
-    /* query rows that see any of keys [n0, nlast] (backward_sm80.cuh) */
-    const int nlast = min(n0 + BN, s.sk) - 1;
-    int ilo = 0, ihi = s.sq;
-    if (p.window_right >= 0) ilo = max(0, n0 - s.off - p.window_right);
-    if (p.window_left >= 0) ihi = min(s.sq, nlast - s.off + p.window_left + 1);
-    const int mt_lo = ilo / BQ, mt_hi = ihi > ilo ? (ihi + BQ - 1) / BQ : mt_lo;
-    const int nq = mt_hi - mt_lo, iters = nq * G;
 
     const float *kbase = reinterpret_cast<const float *>(p.k), *vbase = reinterpret_cast<const float *>(p.v);
     const int nval = min(BN, s.sk - n0);
