@@ -1,10 +1,11 @@
-/* simt_f32.cuh - the fp32 path of the CUDA backend: fp32 q/k/v computed with fp32 FMA on
- * the CUDA cores, forward and backward, every feature of the sm80 kernels.
+/* simt_f32.cuh - fp32 q/k/v computed with fp32 FMA on the CUDA cores, forward and
+ * backward, every feature of the sm80 kernels: the fp32 backward, the forward of head-dim
+ * class 256, and (FA_CUDA_F32=simt) any fp32 forward. The forward of classes 64 and 128
+ * runs on the tensor cores (tf32x3_fwd.cuh) and shares this file's per-element helpers.
  *
- * Why not the tensor cores: tf32 keeps 10 mantissa bits of q and k, so a logit of 20 would
+ * Plain tf32 on the tensor cores keeps 10 mantissa bits of q and k, so a logit of 20 would
  * carry an error of ~0.01 and out ~1% - far outside TESTING.md's fp32 rule (1e-5 of
- * max|out|). Split products (3 x tf32 or bf16) would meet it at 3x the tensor work and a
- * second kernel family; this path is the correct baseline they would be checked against.
+ * max|out|); tf32x3_fwd.cuh splits each operand in two to stay inside it.
  *
  * The arithmetic follows the naive fp32 formulas: logits in natural units, P = exp(x - m)
  * (expf, not the SFU's exp2 of a rounded x log2 e), lse = m + log(l), the backward's
