@@ -107,6 +107,53 @@ __device__ __forceinline__ float fa_f32_keep(const fa_cu_fwd &p, const fa_dseq &
     return wj < dk.threshold ? 0.f : p.keep_scale;
 }
 
+/* The end of query row i of the fp32 forwards: the row's sum l and max m (natural units)
+   become fac (what the accumulator is multiplied by: 1/l with the sink, 0 for a fully
+   masked row, NaN where the row met a NaN, times the dropout scale) and lse; op/odt/orow
+   address the output row and li its lse (the split's fp32 part under split-KV). */
+struct fa_f32_row_end {
+    float *op;
+    int64_t orow, li;
+    int odt;
+    float fac, lse;
+};
+__device__ __forceinline__ fa_f32_row_end fa_f32_end_row(const fa_cu_fwd &p, const fa_dseq &s, int b, int h, int split,
+                                                         int i, float l, float m)
+{
+    fa_f32_row_end e;
+    if (p.sinks && p.n_splits == 1) {
+        const float sk = p.sinks[h], M = fmaxf(m, sk);
+        const float em = m == -INFINITY ? 0.f : expf(m - M);
+        l = l * em + expf(sk - M);
+        e.fac = em / l;
+        e.lse = M + logf(l);
+    } else if (m == -INFINITY || l == 0.f) {
+        e.fac = 0.f;
+        e.lse = -INFINITY;
+    } else {
+        e.fac = 1.f / l;
+        e.lse = m + logf(l);
+    }
+    if (m != m || l != l) { e.fac = __int_as_float(0x7fc00000); e.lse = e.fac; }
+    e.fac *= p.keep_scale;
+    if (p.n_splits > 1) {
+        const int64_t rows = (int64_t)p.batch * p.hq * p.sq, row = ((int64_t)b * p.hq + h) * p.sq + i;
+        e.op = p.o_part; e.odt = FA_CU_F32;
+        e.orow = ((int64_t)split * rows + row) * p.dv;
+        e.li = (int64_t)split * rows + row;
+    } else {
+        e.op = reinterpret_cast<float *>(p.out); e.odt = p.out_dtype;
+        e.orow = s.tb * p.o_sb + (s.q0 + i) * p.o_ss + (int64_t)h * p.o_sh;
+        e.li = p.layout == FA_CU_VARLEN ? (int64_t)h * p.total_q + s.q0 + i : ((int64_t)b * p.hq + h) * p.sq + i;
+    }
+    return e;
+}
+__device__ __forceinline__ void fa_f32_store_lse(const fa_cu_fwd &p, const fa_f32_row_end &e)
+{
+    if (p.n_splits > 1) p.lse_part[e.li] = e.lse;
+    else if (p.lse) p.lse[e.li] = e.lse;
+}
+
 /* ---- forward ------------------------------------------------------------------------ */
 template <int D>
 __global__ void __launch_bounds__(FA_F32_NT) fa_f32_fwd_kernel(const fa_cu_fwd p)
@@ -222,52 +269,20 @@ __global__ void __launch_bounds__(FA_F32_NT) fa_f32_fwd_kernel(const fa_cu_fwd p
     }
 
     /* epilogue: sinks, normalisation, one write of O and LSE (or the split's fp32 part) */
-    const int64_t rows = (int64_t)p.batch * p.hq * p.sq;
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         const int qi = m0 + ty * 4 + i;
         if (qi >= s.sq) continue;
-        float l = rsum[i], m = rmax[i], fac, lse;
-        if (p.sinks && p.n_splits == 1) {
-            const float sk = p.sinks[h], M = fmaxf(m, sk);
-            const float em = m == -INFINITY ? 0.f : expf(m - M);
-            l = l * em + expf(sk - M);
-            fac = em / l;
-            lse = M + logf(l);
-        } else if (m == -INFINITY || l == 0.f) {
-            fac = 0.f;
-            lse = -INFINITY;
-        } else {
-            fac = 1.f / l;
-            lse = m + logf(l);
-        }
-        if (m != m || l != l) { fac = __int_as_float(0x7fc00000); lse = fac; }
-        fac *= p.keep_scale;
-        float *op;
-        int64_t orow, li;
-        int odt;
-        if (p.n_splits > 1) {
-            const int64_t row = ((int64_t)b * p.hq + h) * p.sq + qi;
-            op = p.o_part; odt = FA_CU_F32;
-            orow = ((int64_t)split * rows + row) * p.dv;
-            li = (int64_t)split * rows + row;
-        } else {
-            op = reinterpret_cast<float *>(p.out); odt = p.out_dtype;
-            orow = s.tb * p.o_sb + (s.q0 + qi) * p.o_ss + (int64_t)h * p.o_sh;
-            li = p.layout == FA_CU_VARLEN ? (int64_t)h * p.total_q + s.q0 + qi : ((int64_t)b * p.hq + h) * p.sq + qi;
-        }
+        const fa_f32_row_end r = fa_f32_end_row(p, s, b, h, split, qi, rsum[i], rmax[i]);
 #pragma unroll
         for (int c = 0; c < NC; c++) {
             const int c0 = 64 * c + 4 * tx;
-            const float x[4] = { oacc[i][c].x * fac, oacc[i][c].y * fac, oacc[i][c].z * fac, oacc[i][c].w * fac };
+            const float x[4] = { oacc[i][c].x * r.fac, oacc[i][c].y * r.fac, oacc[i][c].z * r.fac, oacc[i][c].w * r.fac };
 #pragma unroll
             for (int e = 0; e < 4; e++)
-                if (c0 + e < p.dv) fa_st_any(op, odt, orow + c0 + e, x[e]);
+                if (c0 + e < p.dv) fa_st_any(r.op, r.odt, r.orow + c0 + e, x[e]);
         }
-        if (tx == 0) {
-            if (p.n_splits > 1) p.lse_part[li] = lse;
-            else if (p.lse) p.lse[li] = lse;
-        }
+        if (tx == 0) fa_f32_store_lse(p, r);
     }
 }
 

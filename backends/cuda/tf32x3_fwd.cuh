@@ -75,29 +75,12 @@ __global__ void __launch_bounds__(FA_TF32_NT, 2) fa_tf32_fwd_kernel(const fa_cu_
     float *sQ = reinterpret_cast<float *>(fa_smem);
     float *sK = sQ + BM * LD, *sV = sK + BN * LD;   /* sV: pitch LDV */
 
-    int64_t bid = blockIdx.x;
-    const int mb = (int)(bid % p.m_blocks); bid /= p.m_blocks;
-    const int split = (int)(bid % p.n_splits); bid /= p.n_splits;
-    const int h = (int)(bid % p.hq);
-    const int b = (int)(bid / p.hq);
-    const fa_dseq s = fa_dev_seq(p, b);
-    const int m0 = mb * BM;
-    if (m0 >= s.sq) return;
-    const int hk = h / p.group;
+    fa_fwd_block fb;
+    if (!fa_fwd_block_of<BM, BN>(p, fb)) return;
+    const fa_dseq s = fb.s;
+    const int b = fb.b, h = fb.h, hk = fb.hk, split = fb.split, m0 = fb.m0;
+    const int nb_lo = fb.nb_lo, nb_hi = fb.nb_hi, full_lo = fb.full_lo, full_hi = fb.full_hi;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-
-    const int last = min(m0 + BM, s.sq) - 1;
-    int lo = 0, hi = s.sk;
-    if (p.window_left >= 0) lo = max(0, m0 + s.off - p.window_left);
-    if (p.window_right >= 0) hi = min(s.sk, last + s.off + p.window_right + 1);
-    int nb_lo = lo / BN, nb_hi = hi > lo ? (hi + BN - 1) / BN : nb_lo;
-    {
-        const int total = nb_hi - nb_lo, per = (total + p.n_splits - 1) / p.n_splits;
-        nb_lo = min(nb_hi, nb_lo + split * per);
-        nb_hi = min(nb_hi, nb_lo + per);
-    }
-    const int full_lo = p.window_left >= 0 ? last + s.off - p.window_left : 0;
-    const int full_hi = p.window_right >= 0 ? min(s.sk, m0 + s.off + p.window_right + 1) : s.sk;
 
     const float *qbase = reinterpret_cast<const float *>(p.q) + s.tb * p.q_sb + (s.q0 + m0) * p.q_ss + (int64_t)h * p.q_sh;
     const float *kbase = reinterpret_cast<const float *>(p.k), *vbase = reinterpret_cast<const float *>(p.v);
@@ -244,51 +227,19 @@ __global__ void __launch_bounds__(FA_TF32_NT, 2) fa_tf32_fwd_kernel(const fa_cu_
     }
     fa_cp_async_wait_all();
 
-    /* epilogue (simt_f32.cuh's): sinks, normalisation, one write of O and LSE */
-    const int64_t rows = (int64_t)p.batch * p.hq * p.sq;
+    /* epilogue (simt_f32.cuh's fa_f32_end_row): sinks, normalisation, one write of O and LSE */
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        float l = rsum[r], m = rmax[r], fac, lse;
-        if (p.sinks && p.n_splits == 1) {
-            const float sk = p.sinks[h], M = fmaxf(m, sk);
-            const float em = m == -INFINITY ? 0.f : expf(m - M);
-            l = l * em + expf(sk - M);
-            fac = em / l;
-            lse = M + logf(l);
-        } else if (m == -INFINITY || l == 0.f) {
-            fac = 0.f;
-            lse = -INFINITY;
-        } else {
-            fac = 1.f / l;
-            lse = m + logf(l);
-        }
-        if (m != m || l != l) { fac = __int_as_float(0x7fc00000); lse = fac; }
-        fac *= p.keep_scale;
         const int i = qi[r];
         if (i >= s.sq) continue;
-        float *op;
-        int64_t orow, li;
-        int odt;
-        if (p.n_splits > 1) {
-            const int64_t row = ((int64_t)b * p.hq + h) * p.sq + i;
-            op = p.o_part; odt = FA_CU_F32;
-            orow = ((int64_t)split * rows + row) * p.dv;
-            li = (int64_t)split * rows + row;
-        } else {
-            op = reinterpret_cast<float *>(p.out); odt = p.out_dtype;
-            orow = s.tb * p.o_sb + (s.q0 + i) * p.o_ss + (int64_t)h * p.o_sh;
-            li = p.layout == FA_CU_VARLEN ? (int64_t)h * p.total_q + s.q0 + i : ((int64_t)b * p.hq + h) * p.sq + i;
-        }
+        const fa_f32_row_end e = fa_f32_end_row(p, s, b, h, split, i, rsum[r], rmax[r]);
 #pragma unroll
         for (int nt = 0; nt < D / 8; nt++) {
             const int c = nt * 8 + 2 * t;
-            if (c < p.dv) fa_st_any(op, odt, orow + c, oacc[nt][2 * r] * fac);
-            if (c + 1 < p.dv) fa_st_any(op, odt, orow + c + 1, oacc[nt][2 * r + 1] * fac);
+            if (c < p.dv) fa_st_any(e.op, e.odt, e.orow + c, oacc[nt][2 * r] * e.fac);
+            if (c + 1 < p.dv) fa_st_any(e.op, e.odt, e.orow + c + 1, oacc[nt][2 * r + 1] * e.fac);
         }
-        if (t == 0) {
-            if (p.n_splits > 1) p.lse_part[li] = lse;
-            else if (p.lse) p.lse[li] = lse;
-        }
+        if (t == 0) fa_f32_store_lse(p, e);
     }
 }
 
