@@ -42,6 +42,7 @@ typedef struct {
     size_t mem;
     int req_bq, req_bkv;
     int force_general;               /* FA_CUDA_FWD=general: the general forward kernel always */
+    int f32_simt;                    /* FA_CUDA_F32=simt: the fp32-FMA forward always (A/B runs) */
     int use_sm90;                    /* the Hopper forward (forward_sm90.cuh) serves the fast set */
     int sm90_vdesc;                  /* FA_SM90_VDESC: layout variant of V's descriptor (diagnostic) */
     int use_sm90_bwd;                /* the Hopper backward serves the lean set */
@@ -110,6 +111,8 @@ static fa_status cuda_init(fa_context *ctx)
     im->use_sm90_bwd = FA_SM90A && im->cc_major == 9 && im->cc_minor == 0 && !(fb && !strcmp(fb, "sm80"));
     const char *vd = getenv("FA_SM90_VDESC");
     im->sm90_vdesc = vd && !strcmp(vd, "1");
+    const char *fe = getenv("FA_CUDA_F32");
+    im->f32_simt = fe && !strcmp(fe, "simt");
     ctx->impl = im;
     H->verbose(ctx, "cuda: device 0 %s sm%d%d, %d SMs, %d KiB smem/block, %d MiB L2", im->name,
                im->cc_major, im->cc_minor, im->sms, im->smem_optin / 1024, im->l2 >> 20);
@@ -167,7 +170,7 @@ static void cuda_describe(const fa_context *ctx, char *buf, size_t len)
                "small*big, fp32 accumulation; 8 warps x 16 query rows, 32 keys per tile%s); class 256 and the "
                "backward: cuda/simt kernels (fp32 FMA on the CUDA cores; forward 64 query rows x 32 keys, "
                "backward 32 keys x %d/%d query rows (d <= 64 / larger), 256 threads)\n",
-               getenv("FA_CUDA_F32") && !strcmp(getenv("FA_CUDA_F32"), "simt") ? "; FA_CUDA_F32=simt: the FMA kernel instead" : "",
+               im->f32_simt ? "; FA_CUDA_F32=simt: the FMA kernel instead" : "",
                fa_f32_bwd_bq(64), fa_f32_bwd_bq(128));
     H->appendf(buf, len, "stream: %p%s\n", (void *)im->stream, im->stream ? "" : " (default)");
 }
@@ -228,7 +231,10 @@ static int aligned16(const fa_tensor *t)
 
 static const char *dtname(fa_dtype t) { return t == FA_F16 ? "fp16" : t == FA_BF16 ? "bf16" : "fp32"; }
 
-/* Can the forward kernels serve p? Fills the launch parameters. */
+/* The forward kernels fwd_plan chooses between. */
+enum { FWD_GENERAL, FWD_FAST, FWD_SM90, FWD_F32_SIMT, FWD_F32_TF32 };
+
+/* Can the forward kernels serve p? Fills the launch parameters; *fast = the FWD_ kernel. */
 static fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, int *D, int64_t *blocks,
                           int *fast)
 {
@@ -245,18 +251,17 @@ static fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, in
     if (f32) {
         /* fp32 q/k/v: the fp32-FMA kernels (simt_f32.cuh), every feature, scalar loads
            (4-byte alignment, any strides) */
-        *fast = 3;
+        *fast = FWD_F32_SIMT;
         /* head-dim classes 64 and 128 take the 3xTF32 tensor-core forward (tf32x3_fwd.cuh)
            unless FA_CUDA_F32=simt asks for the FMA kernel (A/B runs) */
-        const char *fe = getenv("FA_CUDA_F32");
-        if (*D <= 128 && !(fe && !strcmp(fe, "simt")) && fa_tf32_fwd_smem(*D) <= im->smem_optin) *fast = 4;
+        if (*D <= 128 && !im->f32_simt && fa_tf32_fwd_smem(*D) <= im->smem_optin) *fast = FWD_F32_TF32;
         int vec = p->dqk % 4 == 0 && p->dv % 4 == 0;
         const fa_tensor *vt[3] = { &p->q, &p->k, &p->v };
         for (int i = 0; i < 3; i++)
             vec = vec && (uintptr_t)vt[i]->data % 16 == 0 && vt[i]->stride[0] % 4 == 0 && vt[i]->stride[1] % 4 == 0 &&
                   vt[i]->stride[2] % 4 == 0;
         k->f32_vec = vec;
-        if (*fast == 3 && fa_f32_fwd_smem(*D) > im->smem_optin)
+        if (*fast == FWD_F32_SIMT && fa_f32_fwd_smem(*D) > im->smem_optin)
             return H->set_error(ctx, FA_ERR_UNSUPPORTED,
                                 "cuda: the fp32 forward of head-dim class %d needs %d KiB shared memory per block; %s allows %d KiB",
                                 *D, fa_f32_fwd_smem(*D) / 1024, im->name, im->smem_optin / 1024);
@@ -266,9 +271,9 @@ static fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, in
                               : p->has_bias ? "bias" : p->alibi ? "alibi" : p->softcap > 0.f ? "softcap"
                               : p->dropout_p > 0.f ? "dropout" : !(p->scale > 0.f) ? "scale <= 0"
                               : fa_fwd_fast_smem(*D) > im->smem_optin ? "shared memory" : NULL;
-    if (!f32) *fast = general_why == NULL;
-    if (*fast == 1 && im->use_sm90 && fa_fwd_sm90_smem(*D) <= im->smem_optin) *fast = 2;
-    if (!*fast && fa_fwd_smem(*D) > im->smem_optin)
+    if (!f32) *fast = general_why == NULL ? FWD_FAST : FWD_GENERAL;
+    if (*fast == FWD_FAST && im->use_sm90 && fa_fwd_sm90_smem(*D) <= im->smem_optin) *fast = FWD_SM90;
+    if (*fast == FWD_GENERAL && fa_fwd_smem(*D) > im->smem_optin)
         return H->set_error(ctx, FA_ERR_UNSUPPORTED,
                             "cuda: head-dim class %d needs %d KiB shared memory per block; %s allows %d KiB",
                             *D, fa_fwd_smem(*D) / 1024, im->name, im->smem_optin / 1024);
@@ -319,7 +324,8 @@ static fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, in
         k->dropout_p = p->dropout_p; k->drop_k0 = p->drop.k0; k->drop_k1 = p->drop.k1;
         k->drop_threshold = p->drop.threshold; k->keep_scale = p->drop.keep_scale;
     }
-    const int bm = *fast == 4 ? FA_TF32_FWD_BM : *fast == 3 ? FA_F32_FWD_BM : *fast == 2 ? FA_FWD_SM90_BM : *fast ? fa_fwd_fast_bm(*D) : 128;
+    const int bm = *fast == FWD_F32_TF32 ? FA_TF32_FWD_BM : *fast == FWD_F32_SIMT ? FA_F32_FWD_BM
+                   : *fast == FWD_SM90 ? FA_FWD_SM90_BM : *fast == FWD_FAST ? fa_fwd_fast_bm(*D) : 128;
     k->m_blocks = (int)((p->max_sq + bm - 1) / bm);
     if (k->m_blocks == 0) k->m_blocks = 1;
     /* Split-KV when the grid would leave SMs idle; depends on shapes and the SM count only. */
@@ -334,16 +340,16 @@ static fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, in
     }
     k->n_splits = splits;
     *blocks = base * splits;
-    if (*fast == 4)
+    if (*fast == FWD_F32_TF32)
         snprintf(im->qname, sizeof im->qname, "cuda/tf32x3 fwd fp32 d%d 3 tf32 mma.sync per product %dx%d 8 warps%s", *D,
                  bm, FA_TF32_FWD_BN, splits > 1 ? " split-kv" : "");
-    else if (*fast == 3)
+    else if (*fast == FWD_F32_SIMT)
         snprintf(im->qname, sizeof im->qname, "cuda/simt fwd fp32 d%d fp32 FMA %dx%d 256 threads%s", *D, bm,
                  FA_F32_FWD_BN, splits > 1 ? " split-kv" : "");
-    else if (*fast == 2)
+    else if (*fast == FWD_SM90)
         snprintf(im->qname, sizeof im->qname, "cuda/sm90 fwd %s d%d wgmma %dx%d 2 warpgroups%s", dtname(p->q.dtype), *D,
                  bm, fa_fwd_sm90_bn(*D), splits > 1 ? " split-kv" : "");
-    else if (*fast)
+    else if (*fast == FWD_FAST)
         snprintf(im->qname, sizeof im->qname, "cuda/sm80 fwd %s d%d fast %dx64 4 warps%s", dtname(p->q.dtype), *D,
                  bm, splits > 1 ? " split-kv" : "");
     else
@@ -430,8 +436,11 @@ static fa_status cuda_forward(fa_context *ctx, const fa_problem *p)
     cudaSetDevice(im->device);
     if (im->debug && (st = debug_check(ctx, p)) != FA_OK) return st;
     H->verbose(ctx, "cuda: forward %s (%lld blocks of %d threads, %d B shared memory)", im->qname,
-               (long long)blocks, fast >= 3 ? FA_F32_NT : fast == 2 ? FA_FWD_SM90_NT : fast ? FA_FWD_FAST_NT : 256,
-               fast == 4 ? fa_tf32_fwd_smem(D) : fast == 3 ? fa_f32_fwd_smem(D) : fast == 2 ? fa_fwd_sm90_smem(D) : fast ? fa_fwd_fast_smem(D) : fa_fwd_smem(D));
+               (long long)blocks,
+               fast == FWD_F32_TF32 ? FA_TF32_NT : fast == FWD_F32_SIMT ? FA_F32_NT : fast == FWD_SM90 ? FA_FWD_SM90_NT
+               : fast == FWD_FAST ? FA_FWD_FAST_NT : 256,
+               fast == FWD_F32_TF32 ? fa_tf32_fwd_smem(D) : fast == FWD_F32_SIMT ? fa_f32_fwd_smem(D)
+               : fast == FWD_SM90 ? fa_fwd_sm90_smem(D) : fast == FWD_FAST ? fa_fwd_fast_smem(D) : fa_fwd_smem(D));
     if (blocks == 0 || p->hq == 0 || p->batch == 0) return FA_OK;
     void *ws = NULL;
     cudaError_t e = cudaSuccess;
@@ -444,13 +453,13 @@ static fa_status cuda_forward(fa_context *ctx, const fa_problem *p)
         k.lse_part = k.o_part + (size_t)k.n_splits * rows * p->dv;
     }
     const bool bf = p->q.dtype == FA_BF16;
-    if (fast == 4) e = D == 64 ? fa_tf32_fwd_launch<64>(k, blocks, im->stream) : fa_tf32_fwd_launch<128>(k, blocks, im->stream);
-    else if (fast == 3) switch (D) {
+    if (fast == FWD_F32_TF32) e = D == 64 ? fa_tf32_fwd_launch<64>(k, blocks, im->stream) : fa_tf32_fwd_launch<128>(k, blocks, im->stream);
+    else if (fast == FWD_F32_SIMT) switch (D) {
     case 64: e = fa_f32_fwd_launch<64>(k, blocks, im->stream); break;
     case 128: e = fa_f32_fwd_launch<128>(k, blocks, im->stream); break;
     default: e = fa_f32_fwd_launch<256>(k, blocks, im->stream); break;
     }
-    else if (fast == 2) {
+    else if (fast == FWD_SM90) {
 #if FA_SM90A
         const int vd = im->sm90_vdesc;
         switch (D) {
@@ -460,7 +469,7 @@ static fa_status cuda_forward(fa_context *ctx, const fa_problem *p)
         }
 #endif
     }
-    else if (fast) switch (D) {
+    else if (fast == FWD_FAST) switch (D) {
     case 64: e = bf ? fa_fwd_fast_launch<__nv_bfloat16, 64>(k, blocks, im->stream) : fa_fwd_fast_launch<__half, 64>(k, blocks, im->stream); break;
     case 128: e = bf ? fa_fwd_fast_launch<__nv_bfloat16, 128>(k, blocks, im->stream) : fa_fwd_fast_launch<__half, 128>(k, blocks, im->stream); break;
     default: e = bf ? fa_fwd_fast_launch<__nv_bfloat16, 256>(k, blocks, im->stream) : fa_fwd_fast_launch<__half, 256>(k, blocks, im->stream); break;
@@ -489,8 +498,9 @@ static fa_status cuda_forward(fa_context *ctx, const fa_problem *p)
 }
 
 /* Can the backward kernels serve p? Fills the launch parameters (the forward's plan for
-   q, k, v, out and the options, then dout, the gradients and the grid) and *path: 0 the
-   sm80 kernel, 1 the Hopper kernel, 2 the fp32 kernel. */
+   q, k, v, out and the options, then dout, the gradients and the grid) and *path, the
+   BWD_ kernel. */
+enum { BWD_SM80, BWD_SM90, BWD_F32 };
 static fa_status bwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_bwd *k, int *D, int64_t *blocks, int *path)
 {
     cuda_impl *im = IMPL(ctx);
@@ -501,7 +511,7 @@ static fa_status bwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_bwd *k, in
         return H->set_error(ctx, FA_ERR_UNSUPPORTED, "cuda: no backward for the KV-cache layout");
     fa_status st = fwd_plan(ctx, p, &k->f, D, &fb, &ffast);
     if (st != FA_OK) return st;
-    const int f32 = ffast >= 3;
+    const int f32 = ffast == FWD_F32_SIMT || ffast == FWD_F32_TF32;
     if (f32 && fa_f32_bwd_smem(*D) > im->smem_optin)
         return H->set_error(ctx, FA_ERR_UNSUPPORTED,
                             "cuda: the fp32 backward of head-dim class %d needs %d KiB shared memory per block; %s allows %d KiB",
@@ -534,15 +544,15 @@ static fa_status bwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_bwd *k, in
     k->dv_sb = p->grad_v.stride[0]; k->dv_ss = p->grad_v.stride[1]; k->dv_sh = p->grad_v.stride[2];
     k->dsinks = p->dsinks;
     k->max_sq = (int)p->max_sq;
-    *path = f32 ? 2 : im->use_sm90_bwd && fa_bwd_lean(*k) && fa_bwd_sm90_smem(*D) <= im->smem_optin;
-    const int bn = f32 ? FA_F32_BWD_BN : *path ? fa_bwd_sm90_bn(*D) : 64;
+    *path = f32 ? BWD_F32 : im->use_sm90_bwd && fa_bwd_lean(*k) && fa_bwd_sm90_smem(*D) <= im->smem_optin ? BWD_SM90 : BWD_SM80;
+    const int bn = *path == BWD_F32 ? FA_F32_BWD_BN : *path == BWD_SM90 ? fa_bwd_sm90_bn(*D) : 64;
     k->n_blocks = (int)((p->max_sk + bn - 1) / bn);
     k->kv_tile = -1;
     *blocks = p->batch * p->hkv * k->n_blocks;
     if (f32)
         snprintf(im->qname, sizeof im->qname, "cuda/simt bwd fp32 d%d fp32 FMA %dx%d 256 threads%s", *D, FA_F32_BWD_BN,
                  fa_f32_bwd_bq(*D), p->deterministic ? " deterministic" : "");
-    else if (*path)
+    else if (*path == BWD_SM90)
         snprintf(im->qname, sizeof im->qname, "cuda/sm90 bwd %s d%d wgmma %dx%d 2 warpgroups%s%s", dtname(p->q.dtype), *D,
                  fa_bwd_sm90_bn(*D), FA_BWD_SM90_BQ, *D > 128 ? " dK/dV columns split" : "",
                  p->deterministic ? " deterministic" : "");
@@ -601,8 +611,8 @@ static fa_status cuda_backward(fa_context *ctx, const fa_problem *p)
     cudaSetDevice(im->device);
     if (im->debug && (st = debug_check(ctx, p)) != FA_OK) return st;
     H->verbose(ctx, "cuda: backward %s (%lld blocks of %d threads, %d B shared memory)", im->qname,
-               (long long)blocks, path || D > 64 ? 256 : 128,
-               path == 2 ? fa_f32_bwd_smem(D) : path ? fa_bwd_sm90_smem(D) : fa_bwd_smem(D));
+               (long long)blocks, path == BWD_F32 ? FA_F32_NT : path == BWD_SM90 || D > 64 ? 256 : 128,
+               path == BWD_F32 ? fa_f32_bwd_smem(D) : path == BWD_SM90 ? fa_bwd_sm90_smem(D) : fa_bwd_smem(D));
     if (p->batch == 0 || p->hq == 0) return FA_OK;
     /* fp32 workspace: D_i and dQ, rows in the lse layout */
     const int64_t rows = p->layout == FA_LAYOUT_VARLEN ? p->hq * p->q.shape[1] : p->batch * p->hq * p->q.shape[1];
@@ -621,18 +631,18 @@ static fa_status cuda_backward(fa_context *ctx, const fa_problem *p)
     const int64_t lb = p->deterministic ? p->batch * p->hkv : blocks;
 #if FA_SM90A
     CUtensorMap dqm;
-    const void *dq_map = path == 1 && dq_tensor_map(im, &dqm, k.dq_acc, rows, p->dqk) ? &dqm : NULL;
-    if (path == 1) H->verbose(ctx, "cuda: dQ added by %s", dq_map ? "the tensor-map reduce" : "atomics (no tensor map)");
+    const void *dq_map = path == BWD_SM90 && dq_tensor_map(im, &dqm, k.dq_acc, rows, p->dqk) ? &dqm : NULL;
+    if (path == BWD_SM90) H->verbose(ctx, "cuda: dQ added by %s", dq_map ? "the tensor-map reduce" : "atomics (no tensor map)");
 #endif
     for (int t = 0; t < nl && e == cudaSuccess && lb > 0; t++) {
         k.kv_tile = p->deterministic ? t : -1;
-        if (path == 2) {
+        if (path == BWD_F32) {
             e = D == 64 ? fa_f32_bwd_launch<64>(k, lb, im->stream)
                 : D == 128 ? fa_f32_bwd_launch<128>(k, lb, im->stream) : fa_f32_bwd_launch<256>(k, lb, im->stream);
             continue;
         }
 #if FA_SM90A
-        if (path) {
+        if (path == BWD_SM90) {
             if (D == 64)
                 e = bf ? fa_bwd_sm90_launch<__nv_bfloat16, 64>(k, lb, im->stream, dq_map) : fa_bwd_sm90_launch<__half, 64>(k, lb, im->stream, dq_map);
             else if (D == 128)
