@@ -169,7 +169,7 @@ __device__ __forceinline__ void fa_fwd_full_range(const fa_cu_fwd &p, const fa_d
     full_hi = p.window_right >= 0 ? min(s.sk, first + s.off + p.window_right + 1) : s.sk;
 }
 
-/* A forward block: block index -> (b, h, KV split, m-block), m-block fastest; m0 and last
+/* A forward block: block (work tile) index -> (b, h, KV split, m-block), m-block fastest; m0 and last
    = its first and last query rows; [nb_lo, nb_hi) = the KV tiles of BN keys its rows can
    see (the union of their windows clamped to [0, sk), then this split's share);
    [full_lo, full_hi) = fa_fwd_full_range of its rows. false: the block has no rows. */
@@ -178,9 +178,8 @@ struct fa_fwd_block {
     int b, h, hk, split, m0, last, nb_lo, nb_hi, full_lo, full_hi;
 };
 template <int BM, int BN>
-__device__ __forceinline__ bool fa_fwd_block_of(const fa_cu_fwd &p, fa_fwd_block &k)
+__device__ __forceinline__ bool fa_fwd_block_at(const fa_cu_fwd &p, fa_fwd_block &k, int64_t bid)
 {
-    int64_t bid = blockIdx.x;
     const int mb = (int)(bid % p.m_blocks); bid /= p.m_blocks;
     k.split = (int)(bid % p.n_splits); bid /= p.n_splits;
     k.h = (int)(bid % p.hq);
@@ -201,6 +200,12 @@ __device__ __forceinline__ bool fa_fwd_block_of(const fa_cu_fwd &p, fa_fwd_block
     k.nb_hi = min(nb_hi, nb_lo + per);
     fa_fwd_full_range(p, s, k.m0, k.last, k.full_lo, k.full_hi);
     return true;
+}
+/* the block of this CUDA block (one work tile per block) */
+template <int BM, int BN>
+__device__ __forceinline__ bool fa_fwd_block_of(const fa_cu_fwd &p, fa_fwd_block &k)
+{
+    return fa_fwd_block_at<BM, BN>(p, k, blockIdx.x);
 }
 
 /* A backward block: block index -> (b, KV head, KV tile of BN keys) (pb.kv_tile >= 0: that

@@ -44,10 +44,16 @@ typedef struct {
     int force_general;               /* FA_CUDA_FWD=general: the general forward kernel always */
     int f32_simt;                    /* FA_CUDA_F32=simt: the fp32-FMA forward always (A/B runs) */
     int use_sm90;                    /* the Hopper forward (forward_sm90.cuh) serves the fast set */
+    int use_ws;                      /* ... and its warp-specialized form (forward_sm90ws.cuh)
+                                        all but paged caches and short d64 calls
+                                        (FA_CUDA_FWD=sm90v1: never; =ws: always) */
+    int force_ws;
     int sm90_vdesc;                  /* FA_SM90_VDESC: layout variant of V's descriptor (diagnostic) */
     int use_sm90_bwd;                /* the Hopper backward serves the lean set */
     int tmap_tried;                  /* the driver's tensor-map encoder looked up (once) */
     void *tmap_encode;               /* cuTensorMapEncodeTiled, or NULL: dQ by atomics */
+    int *tickets;                    /* the warp-specialized forward's tile counter (device, 0
+                                        between launches), allocated at its first launch */
     char qname[160];
 } cuda_impl;
 
@@ -107,6 +113,10 @@ static fa_status cuda_init(fa_context *ctx)
        only on compute capability 9.0 exactly (sm_90a code does not run on later chips);
        FA_CUDA_FWD=sm80 keeps the sm80 kernels there (A/B timing). */
     im->use_sm90 = FA_SM90A && im->cc_major == 9 && im->cc_minor == 0 && !(fk && (!strcmp(fk, "sm80") || im->force_general));
+    /* FA_CUDA_FWD=sm90v1: the first Hopper forward (cp.async by every thread, block
+       barriers) instead of the warp-specialized one (A/B timing) */
+    im->use_ws = im->use_sm90 && !(fk && !strcmp(fk, "sm90v1"));
+    im->force_ws = im->use_ws && fk && !strcmp(fk, "ws");
     const char *fb = getenv("FA_CUDA_BWD");   /* FA_CUDA_BWD=sm80: the sm80 backward always */
     im->use_sm90_bwd = FA_SM90A && im->cc_major == 9 && im->cc_minor == 0 && !(fb && !strcmp(fb, "sm80"));
     const char *vd = getenv("FA_SM90_VDESC");
@@ -121,6 +131,8 @@ static fa_status cuda_init(fa_context *ctx)
 
 static void cuda_fini(fa_context *ctx)
 {
+    cuda_impl *im = IMPL(ctx);
+    if (im && im->tickets) { cudaSetDevice(im->device); cudaFree(im->tickets); }
     free(ctx->impl);
     ctx->impl = NULL;
 }
@@ -148,7 +160,11 @@ static void cuda_describe(const fa_context *ctx, char *buf, size_t len)
                    "forward on this chip (compute capability 9.0): cuda/sm90 wgmma kernel for the fast "
                    "kernel's feature set: 2 warpgroups x 64 query rows, tiles 128 x 128 (d256: 128 x 64), "
                    "Q, K, V in 128-byte swizzled shared memory, K/V double-buffered with cp.async, "
-                   "S = Q K^T and O += P V on wgmma (P from registers)\n");
+                   "S = Q K^T and O += P V on wgmma (P from registers)%s\n",
+                   im->use_ws ? "; since then warp-specialized for every layout but paged caches: a producer warp "
+                                "loads Q, K, V by TMA into a 2-stage ring with mbarriers, 2 consumer warpgroups "
+                                "(setmaxnreg 232 registers, producer 40), persistent grid of one block per SM, "
+                                "query tiles of a head in descending order" : "");
     if (im->use_sm90_bwd)
         H->appendf(buf, len,
                    "backward on this chip: cuda/sm90 wgmma kernel for the lean set (no softcap, ALiBi, bias "
@@ -232,7 +248,7 @@ static int aligned16(const fa_tensor *t)
 static const char *dtname(fa_dtype t) { return t == FA_F16 ? "fp16" : t == FA_BF16 ? "bf16" : "fp32"; }
 
 /* The forward kernels fwd_plan chooses between. */
-enum { FWD_GENERAL, FWD_FAST, FWD_SM90, FWD_F32_SIMT, FWD_F32_TF32 };
+enum { FWD_GENERAL, FWD_FAST, FWD_SM90, FWD_F32_SIMT, FWD_F32_TF32, FWD_SM90WS };
 
 /* Can the forward kernels serve p? Fills the launch parameters; *fast = the FWD_ kernel. */
 static fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, int *D, int64_t *blocks,
@@ -273,6 +289,12 @@ static fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, in
                               : fa_fwd_fast_smem(*D) > im->smem_optin ? "shared memory" : NULL;
     if (!f32) *fast = general_why == NULL ? FWD_FAST : FWD_GENERAL;
     if (*fast == FWD_FAST && im->use_sm90 && fa_fwd_sm90_smem(*D) <= im->smem_optin) *fast = FWD_SM90;
+    /* The warp-specialized forward, except for paged caches and for head-dim class 64 with
+       at most 2048 keys, where the first Hopper forward (2 blocks per SM, 64-key tiles) was
+       measured faster (0.89-0.97x of it at S 512-2k, bench/NOTES.md) */
+    if (*fast == FWD_SM90 && im->use_ws && !p->block_table && fa_fwd_ws_smem(*D) <= im->smem_optin &&
+        (im->force_ws || *D > 64 || p->max_sk > 2048))
+        *fast = FWD_SM90WS;
     if (*fast == FWD_GENERAL && fa_fwd_smem(*D) > im->smem_optin)
         return H->set_error(ctx, FA_ERR_UNSUPPORTED,
                             "cuda: head-dim class %d needs %d KiB shared memory per block; %s allows %d KiB",
@@ -325,7 +347,7 @@ static fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, in
         k->drop_threshold = p->drop.threshold; k->keep_scale = p->drop.keep_scale;
     }
     const int bm = *fast == FWD_F32_TF32 ? FA_TF32_FWD_BM : *fast == FWD_F32_SIMT ? FA_F32_FWD_BM
-                   : *fast == FWD_SM90 ? FA_FWD_SM90_BM : *fast == FWD_FAST ? fa_fwd_fast_bm(*D) : 128;
+                   : *fast == FWD_SM90 || *fast == FWD_SM90WS ? FA_FWD_SM90_BM : *fast == FWD_FAST ? fa_fwd_fast_bm(*D) : 128;
     k->m_blocks = (int)((p->max_sq + bm - 1) / bm);
     if (k->m_blocks == 0) k->m_blocks = 1;
     /* Split-KV when the grid would leave SMs idle; depends on shapes and the SM count only. */
@@ -340,15 +362,21 @@ static fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, in
     }
     k->n_splits = splits;
     *blocks = base * splits;
+    if (*fast == FWD_SM90WS && *blocks > INT32_MAX) *fast = FWD_SM90;   /* work-tile indices are 32-bit */
     if (*fast == FWD_F32_TF32)
         snprintf(im->qname, sizeof im->qname, "cuda/tf32x3 fwd fp32 d%d 3 tf32 mma.sync per product %dx%d 8 warps%s", *D,
                  bm, FA_TF32_FWD_BN, splits > 1 ? " split-kv" : "");
     else if (*fast == FWD_F32_SIMT)
         snprintf(im->qname, sizeof im->qname, "cuda/simt fwd fp32 d%d fp32 FMA %dx%d 256 threads%s", *D, bm,
                  FA_F32_FWD_BN, splits > 1 ? " split-kv" : "");
+    else if (*fast == FWD_SM90WS)
+        snprintf(im->qname, sizeof im->qname,
+                 "cuda/sm90 fwd %s d%d wgmma %dx%d tma warp-specialized 1 producer + 2 consumer warpgroups persistent%s",
+                 dtname(p->q.dtype), *D, bm, fa_fwd_ws_bn(*D), splits > 1 ? " split-kv" : "");
     else if (*fast == FWD_SM90)
-        snprintf(im->qname, sizeof im->qname, "cuda/sm90 fwd %s d%d wgmma %dx%d 2 warpgroups%s", dtname(p->q.dtype), *D,
-                 bm, fa_fwd_sm90_bn(*D), splits > 1 ? " split-kv" : "");
+        snprintf(im->qname, sizeof im->qname, "cuda/sm90 fwd %s d%d wgmma %dx%d 2 warpgroups%s%s", dtname(p->q.dtype), *D,
+                 bm, fa_fwd_sm90_bn(*D), im->use_ws && p->block_table ? " (paged cache)" : "",
+                 splits > 1 ? " split-kv" : "");
     else if (*fast == FWD_FAST)
         snprintf(im->qname, sizeof im->qname, "cuda/sm80 fwd %s d%d fast %dx64 4 warps%s", dtname(p->q.dtype), *D,
                  bm, splits > 1 ? " split-kv" : "");
@@ -424,6 +452,46 @@ static fa_status check_pointers(fa_context *ctx, const fa_problem *p)
     return FA_OK;
 }
 
+#if FA_SM90A
+typedef CUresult (*tmap_encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                   const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+/* The driver's cuTensorMapEncodeTiled (looked up once), or NULL. */
+static void *tmap_encoder(cuda_impl *im)
+{
+    if (!im->tmap_tried) {
+        im->tmap_tried = 1;
+        cudaDriverEntryPointQueryResult q;
+        void *fn = NULL;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+            q == cudaDriverEntryPointSuccess)
+            im->tmap_encode = fn;
+        else
+            cudaGetLastError();
+    }
+    return im->tmap_encode;
+}
+
+/* The tensor map of one 16-bit [batch, seq, heads, cols] tensor for the warp-specialized
+   forward: boxes of 64 columns x `rows` rows of one head, 128-byte swizzle, zeros outside.
+   Varlen tensors are one sequence of all tokens (batch 1). 0 when the driver cannot encode
+   it. */
+static int qkv_tensor_map(cuda_impl *im, CUtensorMap *m, const fa_tensor *t, int64_t cols, int varlen, int rows)
+{
+    if (!tmap_encoder(im)) return 0;
+    const cuuint64_t dim[4] = { (cuuint64_t)cols, (cuuint64_t)t->shape[1], (cuuint64_t)t->shape[2],
+                                varlen ? 1 : (cuuint64_t)t->shape[0] };
+    const cuuint64_t stride[3] = { (cuuint64_t)t->stride[1] * 2, (cuuint64_t)t->stride[2] * 2,
+                                   (cuuint64_t)(varlen ? t->stride[2] : t->stride[0]) * 2 };
+    const cuuint32_t box[4] = { 64, (cuuint32_t)rows, 1, 1 }, es[4] = { 1, 1, 1, 1 };
+    memset(m, 0, sizeof *m);
+    return ((tmap_encode_fn)im->tmap_encode)(m, t->dtype == FA_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                                             4, t->data, dim, stride, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+#endif
+
 static fa_status cuda_forward(fa_context *ctx, const fa_problem *p)
 {
     cuda_impl *im = IMPL(ctx);
@@ -435,12 +503,38 @@ static fa_status cuda_forward(fa_context *ctx, const fa_problem *p)
     if ((st = check_pointers(ctx, p)) != FA_OK) return st;
     cudaSetDevice(im->device);
     if (im->debug && (st = debug_check(ctx, p)) != FA_OK) return st;
-    H->verbose(ctx, "cuda: forward %s (%lld blocks of %d threads, %d B shared memory)", im->qname,
-               (long long)blocks,
+#if FA_SM90A
+    CUtensorMap maps[3];
+    if (fast == FWD_SM90WS) {
+        const int vl = p->layout == FA_LAYOUT_VARLEN, bn = fa_fwd_ws_bn(D);
+        if (!qkv_tensor_map(im, &maps[0], &p->q, p->dqk, vl, FA_FWD_SM90_BM) ||
+            !qkv_tensor_map(im, &maps[1], &p->k, p->dqk, vl, bn) || !qkv_tensor_map(im, &maps[2], &p->v, p->dv, vl, bn)) {
+            H->verbose(ctx, "cuda: the driver could not encode the tensor maps of q/k/v: the first sm90 forward instead");
+            fast = FWD_SM90;
+            snprintf(im->qname, sizeof im->qname, "cuda/sm90 fwd %s d%d wgmma 128x%d 2 warpgroups (no tensor maps)%s",
+                     dtname(p->q.dtype), D, fa_fwd_sm90_bn(D), k.n_splits > 1 ? " split-kv" : "");
+        }
+    }
+    if (fast == FWD_SM90WS && !im->tickets) {
+        cudaError_t ae = cudaMalloc((void **)&im->tickets, sizeof(int));
+        if (ae == cudaSuccess) ae = cudaMemset(im->tickets, 0, sizeof(int));
+        if (ae != cudaSuccess) {
+            cudaGetLastError();
+            if (im->tickets) cudaFree(im->tickets);
+            im->tickets = NULL;
+            return cuda_err(ctx, ae, "the forward's tile counter");
+        }
+    }
+#endif
+    const int64_t grid = fast == FWD_SM90WS && blocks > im->sms ? im->sms : blocks;
+    H->verbose(ctx, "cuda: forward %s (%lld blocks of %d threads, %d B shared memory%s)", im->qname,
+               (long long)grid,
                fast == FWD_F32_TF32 ? FA_TF32_NT : fast == FWD_F32_SIMT ? FA_F32_NT : fast == FWD_SM90 ? FA_FWD_SM90_NT
-               : fast == FWD_FAST ? FA_FWD_FAST_NT : 256,
+               : fast == FWD_SM90WS ? FA_FWD_WS_NT : fast == FWD_FAST ? FA_FWD_FAST_NT : 256,
                fast == FWD_F32_TF32 ? fa_tf32_fwd_smem(D) : fast == FWD_F32_SIMT ? fa_f32_fwd_smem(D)
-               : fast == FWD_SM90 ? fa_fwd_sm90_smem(D) : fast == FWD_FAST ? fa_fwd_fast_smem(D) : fa_fwd_smem(D));
+               : fast == FWD_SM90 ? fa_fwd_sm90_smem(D) : fast == FWD_SM90WS ? fa_fwd_ws_smem(D)
+               : fast == FWD_FAST ? fa_fwd_fast_smem(D) : fa_fwd_smem(D),
+               fast == FWD_SM90WS ? ", persistent over the work tiles" : "");
     if (blocks == 0 || p->hq == 0 || p->batch == 0) return FA_OK;
     void *ws = NULL;
     cudaError_t e = cudaSuccess;
@@ -458,6 +552,16 @@ static fa_status cuda_forward(fa_context *ctx, const fa_problem *p)
     case 64: e = fa_f32_fwd_launch<64>(k, blocks, im->stream); break;
     case 128: e = fa_f32_fwd_launch<128>(k, blocks, im->stream); break;
     default: e = fa_f32_fwd_launch<256>(k, blocks, im->stream); break;
+    }
+    else if (fast == FWD_SM90WS) {
+#if FA_SM90A
+        const int g = (int)grid;
+        switch (D) {
+        case 64: e = bf ? fa_fwd_ws_launch<__nv_bfloat16, 64>(k, blocks, g, maps, im->tickets, im->stream) : fa_fwd_ws_launch<__half, 64>(k, blocks, g, maps, im->tickets, im->stream); break;
+        case 128: e = bf ? fa_fwd_ws_launch<__nv_bfloat16, 128>(k, blocks, g, maps, im->tickets, im->stream) : fa_fwd_ws_launch<__half, 128>(k, blocks, g, maps, im->tickets, im->stream); break;
+        default: e = bf ? fa_fwd_ws_launch<__nv_bfloat16, 256>(k, blocks, g, maps, im->tickets, im->stream) : fa_fwd_ws_launch<__half, 256>(k, blocks, g, maps, im->tickets, im->stream); break;
+        }
+#endif
     }
     else if (fast == FWD_SM90) {
 #if FA_SM90A
@@ -570,26 +674,12 @@ static fa_status bwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_bwd *k, in
    atomics. FA_CUDA_DQ=atomic forces that path (A/B runs). */
 static int dq_tensor_map(cuda_impl *im, CUtensorMap *m, float *dq_acc, int64_t rows, int dqk)
 {
-    if (!im->tmap_tried) {
-        im->tmap_tried = 1;
-        const char *e = getenv("FA_CUDA_DQ");
-        cudaDriverEntryPointQueryResult q;
-        void *fn = NULL;
-        if (!(e && !strcmp(e, "atomic")) &&
-            cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) == cudaSuccess &&
-            q == cudaDriverEntryPointSuccess)
-            im->tmap_encode = fn;
-        else
-            cudaGetLastError();
-    }
-    if (!im->tmap_encode || rows > INT32_MAX || rows < 1) return 0;
-    typedef CUresult (*encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *, const cuuint64_t *,
-                                  const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                  CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+    const char *e = getenv("FA_CUDA_DQ");
+    if ((e && !strcmp(e, "atomic")) || !tmap_encoder(im) || rows > INT32_MAX || rows < 1) return 0;
     const cuuint64_t dim[2] = { (cuuint64_t)dqk, (cuuint64_t)rows }, stride[1] = { (cuuint64_t)dqk * sizeof(float) };
     const cuuint32_t box[2] = { FA_BWD_SM90_DQ_BOX_COLS, FA_BWD_SM90_DQ_BOX_ROWS }, es[2] = { 1, 1 };
     memset(m, 0, sizeof *m);
-    return ((encode_fn)im->tmap_encode)(m, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, dq_acc, dim, stride, box, es,
+    return ((tmap_encode_fn)im->tmap_encode)(m, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, dq_acc, dim, stride, box, es,
                                         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                         CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }

@@ -96,6 +96,183 @@ __device__ __forceinline__ void fa_load_full90(unsigned char *dst, const T *src_
     }
 }
 
+/* ---- pieces both Hopper forwards use (this kernel and forward_sm90ws.cuh) ---------------- */
+
+/* S = Q K^T for one warpgroup: 64 query rows at qaddr (a swizzled tile of BM rows) against
+   the BN keys at kaddr; issued and committed, not waited for. */
+template <typename T, int D, int BM, int BN>
+__device__ __forceinline__ void fa90_issue_qk(float (&sacc)[BN / 2], uint32_t qaddr, uint32_t kaddr)
+{
+#pragma unroll
+    for (int i = 0; i < BN / 2; i++) fa_reg_fence(sacc[i]);
+    fa_wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < D / 16; k++)
+        fa_wgmma_ss<BN>(sacc, fa_gmma_desc(qaddr + (k >> 2) * (BM * 128) + (k & 3) * 32, 16, 1024),
+                        fa_gmma_desc(kaddr + (k >> 2) * (BN * 128) + (k & 3) * 32, 16, 1024), k > 0, T());
+    fa_wgmma_commit();
+}
+
+/* O += P V: P from registers, V (BN keys at vaddr) read N-major; issued and committed. */
+template <typename T, int D, int BN>
+__device__ __forceinline__ void fa90_issue_pv(float (&oacc)[D / 2], const uint32_t (&pa)[BN / 16][4], uint32_t vaddr,
+                                              uint32_t v_lbo, uint32_t v_sbo)
+{
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) fa_reg_fence(oacc[i]);
+    fa_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; kk++)
+        fa_wgmma_rs<D>(oacc, pa[kk], fa_gmma_desc(vaddr + kk * 16 * 128, v_lbo, v_sbo), 1, T());
+    fa_wgmma_commit();
+}
+
+/* The S accumulator (fp32, after exp) re-packed as the A fragments of P V. */
+template <typename T, int BN>
+__device__ __forceinline__ void fa90_pack_p(uint32_t (&pa)[BN / 16][4], const float (&sacc)[BN / 2])
+{
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; kk++) {
+        pa[kk][0] = fa_pack2(sacc[8 * kk + 0], sacc[8 * kk + 1], T());
+        pa[kk][1] = fa_pack2(sacc[8 * kk + 2], sacc[8 * kk + 3], T());
+        pa[kk][2] = fa_pack2(sacc[8 * kk + 4], sacc[8 * kk + 5], T());
+        pa[kk][3] = fa_pack2(sacc[8 * kk + 6], sacc[8 * kk + 7], T());
+    }
+}
+
+/* Mask (when `masked`) and online softmax of the S accumulator of KV tile n0: a thread
+   holds rows row0 and row0 + 8 (row0 = the query row of lane / 4), columns
+   n0 + (lane % 4) * 2 + 8 nt + e. sacc becomes P (fp32, base 2), alpha the rescale of what
+   was accumulated before this tile; rmax/rsum are the running max (base 2, scaled) and
+   this thread's partial row sums. */
+template <int BN>
+__device__ __forceinline__ void fa90_softmax(const fa_cu_fwd &p, const fa_dseq &s, float (&sacc)[BN / 2], int row0, int n0,
+                                             bool masked, float sl2, float (&rmax)[2], float (&rsum)[2], float (&alpha)[2])
+{
+    const int lane = threadIdx.x % 32;
+    if (masked) {
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int pos = row0 + r * 8 + s.off;
+            const int jlo = p.window_left >= 0 ? pos - p.window_left : INT_MIN;
+            const int jhi = p.window_right >= 0 ? min(s.sk - 1, pos + p.window_right) : s.sk - 1;
+            const int c0 = n0 + (lane % 4) * 2;
+#pragma unroll
+            for (int nt = 0; nt < BN / 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int j = c0 + nt * 8 + e;
+                    if (j < jlo || j > jhi) sacc[nt * 4 + 2 * r + e] = -INFINITY;
+                }
+        }
+    }
+    /* base 2: a row lives in the 4 lanes of a quad */
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; nt++) mx = fmaxf(mx, fmaxf(sacc[nt * 4 + 2 * r], sacc[nt * 4 + 2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float mnew = fmaxf(rmax[r], mx * sl2);
+        const float ms = mnew == -INFINITY ? 0.f : mnew;
+        alpha[r] = fa_exp2(rmax[r] - ms);
+        rmax[r] = mnew;
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; nt++) {
+            sacc[nt * 4 + 2 * r] = fa_exp2(fmaf(sacc[nt * 4 + 2 * r], sl2, -ms));
+            sacc[nt * 4 + 2 * r + 1] = fa_exp2(fmaf(sacc[nt * 4 + 2 * r + 1], sl2, -ms));
+            sum += sacc[nt * 4 + 2 * r] + sacc[nt * 4 + 2 * r + 1];
+        }
+        rsum[r] = rsum[r] * alpha[r] + sum;
+    }
+}
+
+/* O *= alpha, per row */
+template <int D>
+__device__ __forceinline__ void fa90_rescale(float (&oacc)[D / 2], const float (&alpha)[2])
+{
+#pragma unroll
+    for (int i = 0; i < D / 8; i++) {
+        oacc[4 * i] *= alpha[0]; oacc[4 * i + 1] *= alpha[0];
+        oacc[4 * i + 2] *= alpha[1]; oacc[4 * i + 3] *= alpha[1];
+    }
+}
+
+/* The epilogue (as forward_fast.cuh): quad row sums, sinks, normalisation and one write of
+   rows row0 and row0 + 8 of O and lse (or of this split's parts). */
+template <typename T, int D>
+__device__ __forceinline__ void fa90_epilogue(const fa_cu_fwd &p, const fa_dseq &s, int b, int h, int split,
+                                              const float (&oacc)[D / 2], const float (&rmax)[2], const float (&rsum)[2],
+                                              int row0)
+{
+    const int lane = threadIdx.x % 32;
+    float fac[2], lse[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float l = rsum[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const float m = rmax[r];
+        if (p.sinks && p.n_splits == 1) {
+            const float sk2 = p.sinks[h] * FA_LOG2E;
+            const float M = fmaxf(m, sk2);
+            const float em = m == -INFINITY ? 0.f : fa_exp2(m - M);
+            l = l * em + fa_exp2(sk2 - M);
+            fac[r] = em / l;
+            lse[r] = M * FA_LN2 + logf(l);
+        } else if (m == -INFINITY || l == 0.f) {
+            fac[r] = 0.f;
+            lse[r] = -INFINITY;
+        } else {
+            fac[r] = 1.f / l;
+            lse[r] = m * FA_LN2 + logf(l);
+        }
+        if (m != m || l != l) { fac[r] = __int_as_float(0x7fc00000); lse[r] = fac[r]; }
+    }
+    if (p.n_splits > 1) {
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int i = row0 + r * 8;
+            if (i >= s.sq) continue;
+            const int64_t row = ((int64_t)b * p.hq + h) * p.sq + i;
+            const int64_t rows = (int64_t)p.batch * p.hq * p.sq;
+            float *o = p.o_part + ((int64_t)split * rows + row) * p.dv;
+#pragma unroll
+            for (int nt = 0; nt < D / 8; nt++) {
+                const int c = nt * 8 + (lane % 4) * 2;
+                if (c < p.dv)
+                    *reinterpret_cast<float2 *>(o + c) =
+                        make_float2(oacc[4 * nt + 2 * r] * fac[r], oacc[4 * nt + 2 * r + 1] * fac[r]);
+            }
+            if (lane % 4 == 0) p.lse_part[(int64_t)split * rows + row] = lse[r];
+        }
+        return;
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int i = row0 + r * 8;
+        if (i >= s.sq) continue;
+        const int64_t orow = s.tb * p.o_sb + (s.q0 + i) * p.o_ss + (int64_t)h * p.o_sh;
+#pragma unroll
+        for (int nt = 0; nt < D / 8; nt++) {
+            const int c = nt * 8 + (lane % 4) * 2;
+            if (c >= p.dv) continue;
+            const float x0 = oacc[4 * nt + 2 * r] * fac[r], x1 = oacc[4 * nt + 2 * r + 1] * fac[r];
+            if (p.out_dtype == FA_CU_F32)
+                *reinterpret_cast<float2 *>(reinterpret_cast<float *>(p.out) + orow + c) = make_float2(x0, x1);
+            else
+                *reinterpret_cast<uint32_t *>(reinterpret_cast<T *>(p.out) + orow + c) = fa_pack2(x0, x1, T());
+        }
+        if (p.lse && lane % 4 == 0) {
+            const int64_t li = p.layout == FA_CU_VARLEN ? (int64_t)h * p.total_q + s.q0 + i
+                                                        : ((int64_t)b * p.hq + h) * p.sq + i;
+            p.lse[li] = lse[r];
+        }
+    }
+}
+
 template <typename T, int D>
 __global__ void __launch_bounds__(256, fa_fwd_sm90_minb(D)) fa_fwd_sm90_kernel(const fa_cu_fwd p, const uint32_t v_lbo, const uint32_t v_sbo)
 {
@@ -157,80 +334,13 @@ __global__ void __launch_bounds__(256, fa_fwd_sm90_minb(D)) fa_fwd_sm90_kernel(c
     float sacc[BN / 2];
     uint32_t pa[BN / 16][4];
 
-    /* S = Q K[nb]^T, issued (not waited for) */
-    auto issue_qk = [&](int nb) {
-        const uint32_t kaddr = fa_smem_u32(sK + (nb & 1) * C::KB);
-#pragma unroll
-        for (int i = 0; i < BN / 2; i++) fa_reg_fence(sacc[i]);
-        fa_wgmma_fence();
-#pragma unroll
-        for (int k = 0; k < D / 16; k++)
-            fa_wgmma_ss<BN>(sacc, fa_gmma_desc(qaddr + (k >> 2) * (BM * 128) + (k & 3) * 32, 16, 1024),
-                            fa_gmma_desc(kaddr + (k >> 2) * (BN * 128) + (k & 3) * 32, 16, 1024), k > 0, T());
-        fa_wgmma_commit();
+    const int row0 = m0 + wrow + lane / 4;   /* this thread's first query row */
+    auto issue_qk = [&](int nb) { fa90_issue_qk<T, D, BM, BN>(sacc, qaddr, fa_smem_u32(sK + (nb & 1) * C::KB)); };
+    auto issue_pv = [&](int nb) { fa90_issue_pv<T, D, BN>(oacc, pa, fa_smem_u32(sV + (nb & 1) * C::KB), v_lbo, v_sbo); };
+    auto softmax = [&](int nb, float (&alpha)[2]) {
+        fa90_softmax<BN>(p, s, sacc, row0, nb * BN, nb * BN < full_lo || nb * BN + BN > full_hi, sl2, rmax, rsum, alpha);
     };
-    /* O += P V[nb], issued */
-    auto issue_pv = [&](int nb) {
-        const uint32_t vaddr = fa_smem_u32(sV + (nb & 1) * C::KB);
-#pragma unroll
-        for (int i = 0; i < D / 2; i++) fa_reg_fence(oacc[i]);
-        fa_wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++)
-            fa_wgmma_rs<D>(oacc, pa[kk], fa_gmma_desc(vaddr + kk * 16 * 128, v_lbo, v_sbo), 1, T());
-        fa_wgmma_commit();
-    };
-    /* mask and online softmax of sacc (tile nb): sacc becomes P (fp32), alpha the rescale
-       of everything accumulated before this tile */
-    auto softmax = [&](int nb, float alpha[2]) {
-        const int n0 = nb * BN;
-        if (n0 < full_lo || n0 + BN > full_hi) {
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int pos = m0 + wrow + lane / 4 + r * 8 + s.off;
-                const int jlo = p.window_left >= 0 ? pos - p.window_left : INT_MIN;
-                const int jhi = p.window_right >= 0 ? min(s.sk - 1, pos + p.window_right) : s.sk - 1;
-                const int c0 = n0 + (lane % 4) * 2;
-#pragma unroll
-                for (int nt = 0; nt < BN / 8; nt++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        const int j = c0 + nt * 8 + e;
-                        if (j < jlo || j > jhi) sacc[nt * 4 + 2 * r + e] = -INFINITY;
-                    }
-            }
-        }
-        /* base 2: a row lives in the 4 lanes of a quad */
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            float mx = -INFINITY;
-#pragma unroll
-            for (int nt = 0; nt < BN / 8; nt++) mx = fmaxf(mx, fmaxf(sacc[nt * 4 + 2 * r], sacc[nt * 4 + 2 * r + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float mnew = fmaxf(rmax[r], mx * sl2);
-            const float ms = mnew == -INFINITY ? 0.f : mnew;
-            alpha[r] = fa_exp2(rmax[r] - ms);
-            rmax[r] = mnew;
-            float sum = 0.f;
-#pragma unroll
-            for (int nt = 0; nt < BN / 8; nt++) {
-                sacc[nt * 4 + 2 * r] = fa_exp2(fmaf(sacc[nt * 4 + 2 * r], sl2, -ms));
-                sacc[nt * 4 + 2 * r + 1] = fa_exp2(fmaf(sacc[nt * 4 + 2 * r + 1], sl2, -ms));
-                sum += sacc[nt * 4 + 2 * r] + sacc[nt * 4 + 2 * r + 1];
-            }
-            rsum[r] = rsum[r] * alpha[r] + sum;
-        }
-    };
-    auto pack_p = [&]() {
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) {
-            pa[kk][0] = fa_pack2(sacc[8 * kk + 0], sacc[8 * kk + 1], T());
-            pa[kk][1] = fa_pack2(sacc[8 * kk + 2], sacc[8 * kk + 3], T());
-            pa[kk][2] = fa_pack2(sacc[8 * kk + 4], sacc[8 * kk + 5], T());
-            pa[kk][3] = fa_pack2(sacc[8 * kk + 6], sacc[8 * kk + 7], T());
-        }
-    };
+    auto pack_p = [&]() { fa90_pack_p<T, BN>(pa, sacc); };
 
     /* Pipeline (one warpgroup's view; K and V each have 2 buffers, tile n in buffer n & 1),
        one block barrier per tile:
@@ -279,11 +389,7 @@ __global__ void __launch_bounds__(256, fa_fwd_sm90_minb(D)) fa_fwd_sm90_kernel(c
         fa_wgmma_wait<0>();
 #pragma unroll
         for (int i = 0; i < D / 2; i++) fa_reg_fence(oacc[i]);
-#pragma unroll
-        for (int i = 0; i < D / 8; i++) {
-            oacc[4 * i] *= alpha[0]; oacc[4 * i + 1] *= alpha[0];
-            oacc[4 * i + 2] *= alpha[1]; oacc[4 * i + 3] *= alpha[1];
-        }
+        fa90_rescale<D>(oacc, alpha);
         pack_p();
     }
     if (nb_lo < nb_hi) {
@@ -297,72 +403,7 @@ __global__ void __launch_bounds__(256, fa_fwd_sm90_minb(D)) fa_fwd_sm90_kernel(c
     }
     fa_cp_async_wait<0>();
 
-    /* epilogue (as forward_fast.cuh): quad row sums, sinks, normalisation, one write */
-    float fac[2], lse[2];
-    int qi[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        qi[r] = m0 + wrow + lane / 4 + r * 8;
-        float l = rsum[r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        const float m = rmax[r];
-        if (p.sinks && p.n_splits == 1) {
-            const float sk2 = p.sinks[h] * FA_LOG2E;
-            const float M = fmaxf(m, sk2);
-            const float em = m == -INFINITY ? 0.f : fa_exp2(m - M);
-            l = l * em + fa_exp2(sk2 - M);
-            fac[r] = em / l;
-            lse[r] = M * FA_LN2 + logf(l);
-        } else if (m == -INFINITY || l == 0.f) {
-            fac[r] = 0.f;
-            lse[r] = -INFINITY;
-        } else {
-            fac[r] = 1.f / l;
-            lse[r] = m * FA_LN2 + logf(l);
-        }
-        if (m != m || l != l) { fac[r] = __int_as_float(0x7fc00000); lse[r] = fac[r]; }
-    }
-    if (p.n_splits > 1) {
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int i = qi[r];
-            if (i >= s.sq) continue;
-            const int64_t row = ((int64_t)b * p.hq + h) * p.sq + i;
-            const int64_t rows = (int64_t)p.batch * p.hq * p.sq;
-            float *o = p.o_part + ((int64_t)split * rows + row) * p.dv;
-#pragma unroll
-            for (int nt = 0; nt < D / 8; nt++) {
-                const int c = nt * 8 + (lane % 4) * 2;
-                if (c < p.dv)
-                    *reinterpret_cast<float2 *>(o + c) =
-                        make_float2(oacc[4 * nt + 2 * r] * fac[r], oacc[4 * nt + 2 * r + 1] * fac[r]);
-            }
-            if (lane % 4 == 0) p.lse_part[(int64_t)split * rows + row] = lse[r];
-        }
-        return;
-    }
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int i = qi[r];
-        if (i >= s.sq) continue;
-        const int64_t orow = s.tb * p.o_sb + (s.q0 + i) * p.o_ss + (int64_t)h * p.o_sh;
-#pragma unroll
-        for (int nt = 0; nt < D / 8; nt++) {
-            const int c = nt * 8 + (lane % 4) * 2;
-            if (c >= p.dv) continue;
-            const float x0 = oacc[4 * nt + 2 * r] * fac[r], x1 = oacc[4 * nt + 2 * r + 1] * fac[r];
-            if (p.out_dtype == FA_CU_F32)
-                *reinterpret_cast<float2 *>(reinterpret_cast<float *>(p.out) + orow + c) = make_float2(x0, x1);
-            else
-                *reinterpret_cast<uint32_t *>(reinterpret_cast<T *>(p.out) + orow + c) = fa_pack2(x0, x1, T());
-        }
-        if (p.lse && lane % 4 == 0) {
-            const int64_t li = p.layout == FA_CU_VARLEN ? (int64_t)h * p.total_q + s.q0 + i
-                                                        : ((int64_t)b * p.hq + h) * p.sq + i;
-            p.lse[li] = lse[r];
-        }
-    }
+    fa90_epilogue<T, D>(p, s, b, h, split, oacc, rmax, rsum, row0);
 #endif
 }
 

@@ -43,6 +43,20 @@ static constexpr inline int fa_fwd_sm90_smem(int D) { return (128 + 4 * fa_fwd_s
 #define FA_FWD_SM90_BM 128
 #define FA_FWD_SM90_NT 256
 
+/* forward_sm90ws_dNNN.cu (sm_90a only): the warp-specialized Hopper forward
+   (forward_sm90ws.cuh: a TMA producer warp, 2 consumer warpgroups, mbarriers, a persistent
+   grid of `grid` blocks over `tiles` work tiles); maps = the tensor maps of q, k and v
+   (3 CUtensorMap); tickets = a device int that is 0 before and after each launch (the
+   tile counter). Same feature set as forward_sm90.cuh, paged KV caches excepted. */
+template <typename T, int D> cudaError_t fa_fwd_ws_launch(const fa_cu_fwd &p, int64_t tiles, int grid, const void *maps, int *tickets, cudaStream_t st);
+static constexpr inline int fa_fwd_ws_bn(int D) { return D >= 256 ? 64 : 128; }
+static constexpr inline int fa_fwd_ws_stages(int D) { return 2; }
+static constexpr inline int fa_fwd_ws_smem(int D)
+{
+    return (128 + 2 * fa_fwd_ws_stages(D) * fa_fwd_ws_bn(D)) * D * 2 + 8 * (6 + 4 * fa_fwd_ws_stages(D)) + 1024;
+}
+#define FA_FWD_WS_NT 384
+
 /* backward_sm90_dNNN.cu (sm_90a only, FA_SM90A = 1): the Hopper backward (backward_sm90.cuh:
    wgmma for the five products, 2 warpgroups, query tiles of 64 rows), lean feature set.
    d64/d128: 128 keys per block, 64 per warpgroup. d256: 64 keys per block, both warpgroups

@@ -4,7 +4,7 @@
 # --compiler-options=-fPIC), linked against the static CUDA runtime so that the module needs only
 # the driver (libcuda.so) at run time.
 # Compile cost, per arch in NVCC_GENCODE: 12 forward (fast and general) and 12 backward (lean
-# and general) kernels (fp16/bf16 x head-dim classes 64/128/256), plus the 6 Hopper forward
+# and general) kernels (fp16/bf16 x head-dim classes 64/128/256), plus the 12 Hopper forward (first and warp-specialized)
 # and 6 Hopper backward kernels for sm_90a alone, the 6 fp32 FMA kernels (simt_f32_*.cu) and the 2 3xTF32 forward kernels (tf32x3_fwd.cu); one file per class, kernel and direction so that make -j2
 # compiles two at once.
 FA_CUDA_SRC = backends/cuda/cuda.cu backends/cuda/combine.cu backends/cuda/backward_aux.cu \
@@ -15,8 +15,9 @@ FA_CUDA_SRC = backends/cuda/cuda.cu backends/cuda/combine.cu backends/cuda/backw
 	backends/cuda/simt_f32_fwd.cu backends/cuda/simt_f32_bwd.cu backends/cuda/tf32x3_fwd.cu
 # The Hopper forward: compiled for sm_90a only (NVCC_SM90A_FLAGS, from configure).
 FA_CUDA_SM90_SRC = backends/cuda/forward_sm90_d256.cu backends/cuda/forward_sm90_d128.cu backends/cuda/forward_sm90_d64.cu \
+	backends/cuda/forward_sm90ws_d256.cu backends/cuda/forward_sm90ws_d128.cu backends/cuda/forward_sm90ws_d64.cu \
 	backends/cuda/backward_sm90_d256.cu backends/cuda/backward_sm90_d128.cu backends/cuda/backward_sm90_d64.cu
-FA_CUDA_HDR = backends/cuda/simt_f32.cuh backends/cuda/tf32x3_fwd.cuh backends/cuda/backward_sm90.cuh backends/cuda/forward_sm90.cuh backends/cuda/wgmma_ops.cuh backends/cuda/common.cuh backends/cuda/forward_sm80.cuh backends/cuda/forward_fast.cuh backends/cuda/backward_sm80.cuh \
+FA_CUDA_HDR = backends/cuda/forward_sm90ws.cuh backends/cuda/simt_f32.cuh backends/cuda/tf32x3_fwd.cuh backends/cuda/backward_sm90.cuh backends/cuda/forward_sm90.cuh backends/cuda/wgmma_ops.cuh backends/cuda/common.cuh backends/cuda/forward_sm80.cuh backends/cuda/forward_fast.cuh backends/cuda/backward_sm80.cuh \
 	backends/cuda/kernels.h backends/cuda/params.h
 EXTRA_DIST += $(FA_CUDA_SRC) $(FA_CUDA_SM90_SRC) $(FA_CUDA_HDR) backends/cuda/gen_wgmma.py backends/cuda/nvcc-lt.sh backends/cuda/NEEDS.md \
 	tests/cuda/test_cuda.c bench/gpu/bench_gpu.c bench/gpu/run-on-gpu.sh bench/gpu/README.md \
@@ -52,6 +53,12 @@ backends/cuda/forward_sm90_d128.lo: backends/cuda/forward_sm90_d128.cu
 	$(AM_V_CC)$(FA_NVCC_LT) $(NVCC_SM90A_FLAGS) $(FA_NVCCFLAGS_COMMON) -c -o $@ `test -f 'backends/cuda/forward_sm90_d128.cu' || echo '$(srcdir)/'`backends/cuda/forward_sm90_d128.cu
 backends/cuda/forward_sm90_d64.lo: backends/cuda/forward_sm90_d64.cu
 	$(AM_V_CC)$(FA_NVCC_LT) $(NVCC_SM90A_FLAGS) $(FA_NVCCFLAGS_COMMON) -c -o $@ `test -f 'backends/cuda/forward_sm90_d64.cu' || echo '$(srcdir)/'`backends/cuda/forward_sm90_d64.cu
+backends/cuda/forward_sm90ws_d256.lo: backends/cuda/forward_sm90ws_d256.cu
+	$(AM_V_CC)$(FA_NVCC_LT) $(NVCC_SM90A_FLAGS) $(FA_NVCCFLAGS_COMMON) -c -o $@ `test -f 'backends/cuda/forward_sm90ws_d256.cu' || echo '$(srcdir)/'`backends/cuda/forward_sm90ws_d256.cu
+backends/cuda/forward_sm90ws_d128.lo: backends/cuda/forward_sm90ws_d128.cu
+	$(AM_V_CC)$(FA_NVCC_LT) $(NVCC_SM90A_FLAGS) $(FA_NVCCFLAGS_COMMON) -c -o $@ `test -f 'backends/cuda/forward_sm90ws_d128.cu' || echo '$(srcdir)/'`backends/cuda/forward_sm90ws_d128.cu
+backends/cuda/forward_sm90ws_d64.lo: backends/cuda/forward_sm90ws_d64.cu
+	$(AM_V_CC)$(FA_NVCC_LT) $(NVCC_SM90A_FLAGS) $(FA_NVCCFLAGS_COMMON) -c -o $@ `test -f 'backends/cuda/forward_sm90ws_d64.cu' || echo '$(srcdir)/'`backends/cuda/forward_sm90ws_d64.cu
 $(FA_CUDA_SRC:.cu=.lo) $(FA_CUDA_SM90_SRC:.cu=.lo): $(FA_CUDA_HDR) $(top_srcdir)/lib/problem.h $(top_srcdir)/lib/philox.h \
 	$(top_srcdir)/lib/backend.h $(top_srcdir)/include/flashattn.h
 endif

@@ -1,0 +1,337 @@
+/* forward_sm90ws.cuh - the warp-specialized Hopper forward (sm_90a): K/V by TMA from a
+ * producer warp, wgmma in two consumer warpgroups, mbarriers instead of block barriers,
+ * register reallocation, a persistent grid.
+ *
+ * A block is 3 warpgroups (384 threads) and runs work tiles (b, h, KV split, 128 query
+ * rows) until none is left (the grid is at most one block per SM): its first tile is
+ * blockIdx.x, each next one gridDim.x plus a ticket from a global counter, taken by the
+ * producer and passed to the consumers through a 2-slot ring in shared memory. Tiles are
+ * numbered m-block fastest (the tiles that share K/V run together), in descending order
+ * within a head: under a causal mask the longest tiles go first and the shortest fill the
+ * end. (A fixed round-robin assignment left up to 2x the mean work on one block under a
+ * causal mask.) The block that takes the launch's last ticket sets the counter back to 0
+ * for the next launch: a launch hands out exactly `ntiles` tickets.
+ *   - warpgroup 0 gives registers back (setmaxnreg.dec to FA_WS_PRODUCER_REGS); its first
+ *     warp is the producer, the other three exit. The producer loads the tile's Q (128 rows)
+ *     and its KV tiles into a ring of ST stages, K and V of a stage with barriers of their
+ *     own. Full KV tiles and every tile of the dense layout (rows past the sequence end are
+ *     outside the tensor map: TMA fills zeros) come by TMA (cp.async.bulk.tensor, the
+ *     128-byte swizzle that the wgmma descriptors read, completion counted in bytes on the
+ *     stage's full barrier). The last, partial tile of a varlen or KV-cache sequence is
+ *     copied by the warp's 32 lanes with cp.async and zero fill, since the rows after it
+ *     belong to another sequence or to unwritten cache: whatever they hold, P = 0 there must
+ *     multiply zeros.
+ *   - warpgroups 1 and 2 take registers (setmaxnreg.inc to FA_WS_CONSUMER_REGS) and each
+ *     computes 64 of the 128 rows, as the first Hopper forward's warpgroups do (S = Q K^T
+ *     from shared memory, online softmax in registers, O += P V with P from registers),
+ *     with S of tile n and P V of tile n-1 in flight together and the softmax of tile n run
+ *     while P V of tile n-1 is on the tensor cores. A consumer warp releases a stage (one
+ *     arrival per warp on its empty barrier) once its wgmma that read it is complete, and
+ *     Q once the tile's last S is; the next work tile's loads then overlap this tile's
+ *     last product and its epilogue.
+ * Stage and Q barriers flip phase at each use: use u of a barrier waits for parity u & 1.
+ * The producer and the consumers walk the same work tiles and KV tiles in the same order,
+ * so each keeps its own count of stage uses.
+ * Served: the fast kernel's feature set for dense, varlen and contiguous KV-cache layouts
+ * (paged caches stay on forward_sm90.cuh); the host falls back to that kernel when a tensor
+ * map cannot be encoded.
+ */
+#ifndef FA_CUDA_FORWARD_SM90WS_CUH
+#define FA_CUDA_FORWARD_SM90WS_CUH
+
+#include <string.h>
+#include <cuda.h>
+#include "forward_sm90.cuh"
+
+#define FA_WS_PRODUCER_REGS 40
+#define FA_WS_CONSUMER_REGS 232   /* 128 x 40 + 256 x 232 = 384 x 168, the launch allocation */
+
+template <int D> struct fa_ws_cfg {
+    static constexpr int BM = 128, BN = fa_fwd_ws_bn(D), ST = fa_fwd_ws_stages(D), NT = 384;
+    static constexpr int QB = BM * D * 2, KB = BN * D * 2;
+    static constexpr int BAR = QB + 2 * ST * KB;         /* barriers after the tiles, then the tile ring */
+    static constexpr int SMEM = fa_fwd_ws_smem(D);
+    static_assert(SMEM == BAR + 8 * (6 + 4 * ST) + 1024, "kernels.h and the kernel disagree on the shared memory");
+};
+
+/* ---- mbarrier and TMA ------------------------------------------------------------------ */
+__device__ __forceinline__ void fa_mbar_init(uint32_t bar, int count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+/* one arrival that also announces `bytes` of asynchronous writes to come */
+__device__ __forceinline__ void fa_mbar_expect_tx(uint32_t bar, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void fa_mbar_arrive(uint32_t bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+/* until the phase of parity `parity` has completed */
+__device__ __forceinline__ void fa_mbar_wait(uint32_t bar, uint32_t parity)
+{
+    asm volatile("{\n.reg .pred done;\n"
+                 "fa_mbar_wait_again:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra fa_mbar_wait_again;\n}\n" ::"r"(bar),
+                 "r"(parity)
+                 : "memory");
+}
+/* the box at coordinates (c0, c1, c2, c3) of the tensor `map` describes into shared memory
+   at dst; its bytes complete on barrier bar */
+__device__ __forceinline__ void fa_tma_load_4d(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1, int c2,
+                                               int c3)
+{
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+                 : "memory");
+}
+template <int N> __device__ __forceinline__ void fa_setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
+template <int N> __device__ __forceinline__ void fa_setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
+
+/* Work tile t -> its block: m-block fastest, in descending order within a head. */
+template <int BM, int BN>
+__device__ __forceinline__ bool fa_ws_block(const fa_cu_fwd &p, fa_fwd_block &fb, int t)
+{
+    const int mb = t % p.m_blocks;
+    return fa_fwd_block_at<BM, BN>(p, fb, (int64_t)(t - mb) + (p.m_blocks - 1 - mb));
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(384, 1)
+    fa_fwd_ws_kernel(const fa_cu_fwd p, const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                     const __grid_constant__ CUtensorMap tm_v, const int ntiles, int *const tickets, const uint32_t v_lbo,
+                     const uint32_t v_sbo)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    typedef fa_ws_cfg<D> C;
+    constexpr int BM = C::BM, BN = C::BN, ST = C::ST;
+    extern __shared__ __align__(1024) unsigned char fa_smem_raw[];
+    unsigned char *smem = fa_smem_raw + ((1024 - (fa_smem_u32(fa_smem_raw) & 1023)) & 1023);
+    unsigned char *sQ = smem;
+    unsigned char *sK = sQ + C::QB;             /* ST stages */
+    unsigned char *sV = sK + ST * C::KB;        /* ST stages */
+    const uint32_t bars = fa_smem_u32(smem + C::BAR);
+    const uint32_t full_q = bars, empty_q = bars + 8;
+    auto full_k = [&](int st) { return bars + 16 + 8 * st; };
+    auto empty_k = [&](int st) { return bars + 16 + 8 * (ST + st); };
+    auto full_v = [&](int st) { return bars + 16 + 8 * (2 * ST + st); };
+    auto empty_v = [&](int st) { return bars + 16 + 8 * (3 * ST + st); };
+    /* the tile ring: slot i's tile index, its full and empty barriers */
+    volatile int *tile_slot = reinterpret_cast<volatile int *>(smem + C::BAR + 8 * (2 + 4 * ST));
+    auto full_t = [&](int i) { return bars + 8 * (2 + 4 * ST) + 8 + 8 * i; };
+    auto empty_t = [&](int i) { return bars + 8 * (2 + 4 * ST) + 24 + 8 * i; };
+    constexpr int CONSUMER_WARPS = 8;
+
+    if (threadIdx.x == 0) {
+        fa_mbar_init(full_q, 1);
+        fa_mbar_init(empty_q, CONSUMER_WARPS);
+        for (int st = 0; st < ST; st++) {
+            fa_mbar_init(full_k(st), 1);
+            fa_mbar_init(empty_k(st), CONSUMER_WARPS);
+            fa_mbar_init(full_v(st), 1);
+            fa_mbar_init(empty_v(st), CONSUMER_WARPS);
+        }
+        for (int i = 0; i < 2; i++) {
+            fa_mbar_init(full_t(i), 1);
+            fa_mbar_init(empty_t(i), CONSUMER_WARPS);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+
+    if (wg == 0) {
+        /* ---- the producer ---- */
+        fa_setmaxnreg_dec<FA_WS_PRODUCER_REGS>();
+        if (warp != 0) return;
+        /* A KV tile of the partial kind: rows [0, nval) x columns [0, ncols), the rest zero;
+           the 32 lanes copy, wait for their copies, order them before the tensor cores'
+           reads, and lane 0 completes the barrier's phase. */
+        auto copy_tail = [&](unsigned char *dst, uint32_t bar, const T *row0, int64_t rstride, int nval, int ncols) {
+            constexpr int CPR = D / 8;
+            for (int c = lane; c < BN * CPR; c += 32) {
+                const int r = c / CPR, ch = c % CPR;
+                const bool ok = r < nval && ch * 8 < ncols;
+                fa_cp_async16(dst + fa_swz128<BN>(r, ch), ok ? row0 + (int64_t)r * rstride + ch * 8 : row0, ok ? 16 : 0);
+            }
+            fa_cp_async_commit();
+            fa_cp_async_wait<0>();
+            fa_fence_proxy_async();
+            __syncwarp();
+            if (lane == 0) fa_mbar_arrive(bar);
+        };
+        int use = 0, qn = 0;
+        for (int t = blockIdx.x, j = 0;; j++) {
+            /* publish tile t (ntiles or more: the end) in slot j % 2, then take the next ticket */
+            fa_mbar_wait(empty_t(j & 1), ((j >> 1) & 1) ^ 1);
+            if (lane == 0) {
+                tile_slot[j & 1] = t;
+                fa_mbar_arrive(full_t(j & 1));
+            }
+            if (t >= ntiles) break;
+            int tn = 0;
+            if (lane == 0) {
+                const int r = atomicAdd(tickets, 1);
+                if (r == ntiles - 1) atomicExch(tickets, 0);   /* the launch's last ticket */
+                tn = r + (int)gridDim.x;
+            }
+            const int tc = t;
+            t = __shfl_sync(0xffffffffu, tn, 0);
+            fa_fwd_block fb;
+            if (!fa_ws_block<BM, BN>(p, fb, tc) || fb.nb_lo >= fb.nb_hi) continue;
+            const fa_dseq &s = fb.s;
+            fa_mbar_wait(empty_q, (qn & 1) ^ 1);
+            qn++;
+            if (lane == 0) {
+                fa_mbar_expect_tx(full_q, C::QB);
+#pragma unroll
+                for (int c = 0; c < D / 64; c++)
+                    fa_tma_load_4d(fa_smem_u32(sQ + c * BM * 128), &tm_q, full_q, c * 64, (int)s.q0 + fb.m0, fb.h, (int)s.tb);
+            }
+            for (int nb = fb.nb_lo; nb < fb.nb_hi; nb++, use++) {
+                const int st = use % ST;
+                const uint32_t ph = (use / ST) & 1;
+                const int n0 = nb * BN, nval = min(BN, s.sk - n0);
+                const bool tma = nval == BN || p.layout == FA_CU_DENSE;
+                fa_mbar_wait(empty_k(st), ph ^ 1);
+                if (tma) {
+                    if (lane == 0) {
+                        fa_mbar_expect_tx(full_k(st), C::KB);
+#pragma unroll
+                        for (int c = 0; c < D / 64; c++)
+                            fa_tma_load_4d(fa_smem_u32(sK + st * C::KB + c * BN * 128), &tm_k, full_k(st), c * 64,
+                                           (int)s.k0 + n0, fb.hk, (int)s.tb);
+                    }
+                } else {
+                    copy_tail(sK + st * C::KB, full_k(st),
+                              reinterpret_cast<const T *>(p.k) + s.tb * p.k_sb + (s.k0 + n0) * p.k_ss + (int64_t)fb.hk * p.k_sh,
+                              p.k_ss, nval, p.dqk);
+                }
+                fa_mbar_wait(empty_v(st), ph ^ 1);
+                if (tma) {
+                    if (lane == 0) {
+                        fa_mbar_expect_tx(full_v(st), C::KB);
+#pragma unroll
+                        for (int c = 0; c < D / 64; c++)
+                            fa_tma_load_4d(fa_smem_u32(sV + st * C::KB + c * BN * 128), &tm_v, full_v(st), c * 64,
+                                           (int)s.k0 + n0, fb.hk, (int)s.tb);
+                    }
+                } else {
+                    copy_tail(sV + st * C::KB, full_v(st),
+                              reinterpret_cast<const T *>(p.v) + s.tb * p.v_sb + (s.k0 + n0) * p.v_ss + (int64_t)fb.hk * p.v_sh,
+                              p.v_ss, nval, p.dv);
+                }
+            }
+        }
+        return;
+    }
+
+    /* ---- the consumers: warpgroup cw owns rows cw * 64 .. cw * 64 + 63 of each tile ---- */
+    fa_setmaxnreg_inc<FA_WS_CONSUMER_REGS>();
+    const int cw = wg - 1;
+    const float sl2 = p.scale * FA_LOG2E;
+    const uint32_t qaddr = fa_smem_u32(sQ) + cw * 64 * 128;
+    const int wrow = cw * 64 + warp * 16;        /* first row of this warp in the tile */
+    auto release = [&](uint32_t bar) {
+        if (lane == 0) fa_mbar_arrive(bar);
+    };
+    int use = 0, qn = 0;
+    for (int j = 0;; j++) {
+        fa_mbar_wait(full_t(j & 1), (j >> 1) & 1);
+        const int t = tile_slot[j & 1];
+        __syncwarp();
+        release(empty_t(j & 1));
+        if (t >= ntiles) break;
+        fa_fwd_block fb;
+        if (!fa_ws_block<BM, BN>(p, fb, t)) continue;
+        const fa_dseq &s = fb.s;
+        const int nb_lo = fb.nb_lo, nb_hi = fb.nb_hi;
+        const int wm0 = fb.m0 + cw * 64, wlast = min(wm0 + 63, s.sq - 1);
+        int full_lo, full_hi;
+        fa_fwd_full_range(p, s, wm0, wlast, full_lo, full_hi);
+        const int row0 = fb.m0 + wrow + lane / 4;
+        float oacc[D / 2];
+#pragma unroll
+        for (int i = 0; i < D / 2; i++) oacc[i] = 0.f;
+        float rmax[2] = { -INFINITY, -INFINITY }, rsum[2] = { 0.f, 0.f };
+        if (nb_lo < nb_hi) {
+            float sacc[BN / 2];
+            uint32_t pa[BN / 16][4];
+            auto masked = [&](int nb) { return nb * BN < full_lo || nb * BN + BN > full_hi; };
+            fa_mbar_wait(full_q, qn & 1);
+            qn++;
+            /* the first KV tile: S, softmax, P */
+            int st = use % ST;
+            uint32_t ph = (use / ST) & 1;
+            fa_mbar_wait(full_k(st), ph);
+            fa90_issue_qk<T, D, BM, BN>(sacc, qaddr, fa_smem_u32(sK + st * C::KB));
+            fa_wgmma_wait<0>();
+#pragma unroll
+            for (int i = 0; i < BN / 2; i++) fa_reg_fence(sacc[i]);
+            release(empty_k(st));
+            if (nb_lo + 1 == nb_hi) release(empty_q);
+            {
+                float alpha[2];
+                fa90_softmax<BN>(p, s, sacc, row0, nb_lo * BN, masked(nb_lo), sl2, rmax, rsum, alpha);
+            }
+            fa90_pack_p<T, BN>(pa, sacc);
+            for (int nb = nb_lo + 1; nb < nb_hi; nb++) {
+                const int st1 = (use + 1) % ST;
+                const uint32_t ph1 = ((use + 1) / ST) & 1;
+                fa_mbar_wait(full_k(st1), ph1);
+                fa90_issue_qk<T, D, BM, BN>(sacc, qaddr, fa_smem_u32(sK + st1 * C::KB));
+                fa_mbar_wait(full_v(st), ph);
+                fa90_issue_pv<T, D, BN>(oacc, pa, fa_smem_u32(sV + st * C::KB), v_lbo, v_sbo);
+                fa_wgmma_wait<1>();                   /* S done; P V of the previous tile may still run */
+#pragma unroll
+                for (int i = 0; i < BN / 2; i++) fa_reg_fence(sacc[i]);
+                release(empty_k(st1));
+                if (nb + 1 == nb_hi) release(empty_q);
+                float alpha[2];
+                fa90_softmax<BN>(p, s, sacc, row0, nb * BN, masked(nb), sl2, rmax, rsum, alpha);
+                fa_wgmma_wait<0>();
+#pragma unroll
+                for (int i = 0; i < D / 2; i++) fa_reg_fence(oacc[i]);
+                release(empty_v(st));
+                /* alpha is exactly 1 in rows whose max did not grow (exp2(0)): most tiles
+                   after the first few need no rescale; warp-uniform branch */
+                if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) fa90_rescale<D>(oacc, alpha);
+                fa90_pack_p<T, BN>(pa, sacc);
+                use++;
+                st = st1;
+                ph = ph1;
+            }
+            fa_mbar_wait(full_v(st), ph);
+            fa90_issue_pv<T, D, BN>(oacc, pa, fa_smem_u32(sV + st * C::KB), v_lbo, v_sbo);
+            fa_wgmma_wait<0>();
+#pragma unroll
+            for (int i = 0; i < D / 2; i++) fa_reg_fence(oacc[i]);
+            release(empty_v(st));
+            use++;
+        }
+        fa90_epilogue<T, D>(p, s, fb.b, fb.h, fb.split, oacc, rmax, rsum, row0);
+    }
+#endif
+}
+
+/* maps[3]: the tensor maps of q, k and v (CUtensorMap, made by the host: cuda.cu);
+   tickets: a device int that is 0 (each launch leaves it 0 again). */
+template <typename T, int D>
+cudaError_t fa_fwd_ws_launch(const fa_cu_fwd &p, int64_t tiles, int grid, const void *maps, int *tickets, cudaStream_t st)
+{
+    typedef fa_ws_cfg<D> C;
+    cudaError_t e = cudaFuncSetAttribute(fa_fwd_ws_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
+    if (e != cudaSuccess) return e;
+    CUtensorMap m[3];
+    memcpy(m, maps, sizeof m);
+    fa_fwd_ws_kernel<T, D><<<(unsigned)grid, C::NT, C::SMEM, st>>>(p, m[0], m[1], m[2], (int)tiles, tickets, C::BN * 128, 1024);
+    return cudaGetLastError();
+}
+
+#define FA_FWD_WS_INSTANTIATE(D) \
+    template cudaError_t fa_fwd_ws_launch<__half, D>(const fa_cu_fwd &, int64_t, int, const void *, int *, cudaStream_t); \
+    template cudaError_t fa_fwd_ws_launch<__nv_bfloat16, D>(const fa_cu_fwd &, int64_t, int, const void *, int *, cudaStream_t);
+
+#endif /* FA_CUDA_FORWARD_SM90WS_CUH */

@@ -1,0 +1,32 @@
+#!/bin/sh
+# ws-ab.sh - on the GPU machine (H200): the warp-specialized Hopper forward
+# (forward_sm90ws.cuh) against the first Hopper forward (FA_CUDA_FWD=sm90v1) and torch SDPA
+# in one run. test_cuda (TEST_ARGS, default quick) first; the benchmark runs only if it
+# passed. The table (ratios.txt) has the warp-specialized kernel in the "fast" column and
+# the first Hopper forward in "general".
+# Usage: bench/gpu/ws-ab.sh [DIR]   (DIR as in bench/gpu/README.md; logs into $OUT)
+# Environment: TEST_ARGS, TEST_TIMEOUT (150 s), BENCH_ARGS (fwd), BENCH_TIMEOUT (90 s),
+# PEERS_FLAGS (--bf16), PEERS_TIMEOUT (120 s).
+D=${1:-.gpu}
+OUT=${OUT:-gpu-out}
+mkdir -p "$OUT"
+export FA_CUDA_MODULE="$D/flashattn_cuda.so" LD_LIBRARY_PATH="$D${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PYTHONUNBUFFERED=1
+{
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
+  cuobjdump --dump-sass "$D/flashattn_cuda.so" 2>/dev/null | awk '/Function :/{f=$3} /HGMMA/{g[f]++} /UTMALDG/{t[f]++} /SYNCS/{y[f]++} /LDL|STL/{s[f]++} END{for(k in g) print "sass", k, "HGMMA", g[k], "UTMALDG", t[k]+0, "SYNCS", y[k]+0, "LDL/STL", s[k]+0}'
+} > "$OUT/env.txt" 2>&1
+grep "^sass.*ws" "$OUT/env.txt"
+echo "== test_cuda ${TEST_ARGS:-quick}"; t0=$(date +%s)
+timeout ${TEST_TIMEOUT:-150} "$D/test_cuda" ${TEST_ARGS:-quick} > "$OUT/test.log" 2>&1; rc=$?
+echo "test_cuda rc=$rc ($(( $(date +%s) - t0 )) s)"
+grep -E "^FAIL|passed" "$OUT/test.log" | head -20
+[ $rc = 0 ] || exit 1
+echo "== bench ${BENCH_ARGS:-fwd} (warp-specialized)"; t0=$(date +%s)
+timeout ${BENCH_TIMEOUT:-90} "$D/bench_gpu" ${BENCH_ARGS:-fwd} > "$OUT/ours.csv" 2> "$OUT/bench.err"; echo "bench rc=$? ($(( $(date +%s) - t0 )) s)"
+echo "== bench ${BENCH_ARGS:-fwd} (FA_CUDA_FWD=sm90v1)"; t0=$(date +%s)
+FA_CUDA_FWD=sm90v1 timeout ${BENCH_TIMEOUT:-90} "$D/bench_gpu" ${BENCH_ARGS:-fwd} > "$OUT/v1.csv" 2> "$OUT/bench_v1.err"; echo "bench rc=$? ($(( $(date +%s) - t0 )) s)"
+echo "== torch peers (fwd)"; t0=$(date +%s)
+timeout ${PEERS_TIMEOUT:-120} python3 bench/gpu/peers_fwd.py "$OUT/ours.csv" "$OUT/v1.csv" ${PEERS_FLAGS:---bf16} > "$OUT/peers.csv" 2> "$OUT/ratios.txt"
+echo "peers rc=$? ($(( $(date +%s) - t0 )) s)"
+cat "$OUT/ratios.txt"
