@@ -45,7 +45,7 @@ typedef struct {
     int f32_simt;                    /* FA_CUDA_F32=simt: the fp32-FMA forward always (A/B runs) */
     int use_sm90;                    /* the Hopper forward (forward_sm90.cuh) serves the fast set */
     int use_ws;                      /* ... and its warp-specialized form (forward_sm90ws.cuh)
-                                        all but paged caches and short d64 calls
+                                        all but paged caches and d64 calls of <= 1024 keys
                                         (FA_CUDA_FWD=sm90v1: never; =ws: always) */
     int force_ws;
     int sm90_vdesc;                  /* FA_SM90_VDESC: layout variant of V's descriptor (diagnostic) */
@@ -161,8 +161,9 @@ static void cuda_describe(const fa_context *ctx, char *buf, size_t len)
                    "kernel's feature set: 2 warpgroups x 64 query rows, tiles 128 x 128 (d256: 128 x 64), "
                    "Q, K, V in 128-byte swizzled shared memory, K/V double-buffered with cp.async, "
                    "S = Q K^T and O += P V on wgmma (P from registers)%s\n",
-                   im->use_ws ? "; since then warp-specialized for every layout but paged caches: a producer warp "
-                                "loads Q, K, V by TMA into a 2-stage ring with mbarriers, 2 consumer warpgroups "
+                   im->use_ws ? "; since then warp-specialized for every layout but paged caches (and d64 with "
+                                "<= 1024 keys): a producer warp loads Q, K, V by TMA into a ring of 4/3/2 stages "
+                                "(d64/d128/d256) with mbarriers, 2 consumer warpgroups "
                                 "(setmaxnreg 232 registers, producer 40), persistent grid of one block per SM, "
                                 "query tiles of a head in descending order" : "");
     if (im->use_sm90_bwd)
@@ -290,10 +291,11 @@ static fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, in
     if (!f32) *fast = general_why == NULL ? FWD_FAST : FWD_GENERAL;
     if (*fast == FWD_FAST && im->use_sm90 && fa_fwd_sm90_smem(*D) <= im->smem_optin) *fast = FWD_SM90;
     /* The warp-specialized forward, except for paged caches and for head-dim class 64 with
-       at most 2048 keys, where the first Hopper forward (2 blocks per SM, 64-key tiles) was
-       measured faster (0.89-0.97x of it at S 512-2k, bench/NOTES.md) */
+       at most 1024 keys, where the first Hopper forward (2 blocks per SM, 64-key tiles) was
+       measured faster (the warp-specialized one at 0.92-0.99x of it at S 512-1k, 1.03-1.05x
+       at 2k; bench/NOTES.md) */
     if (*fast == FWD_SM90 && im->use_ws && !p->block_table && fa_fwd_ws_smem(*D) <= im->smem_optin &&
-        (im->force_ws || *D > 64 || p->max_sk > 2048))
+        (im->force_ws || *D > 64 || p->max_sk > 1024))
         *fast = FWD_SM90WS;
     if (*fast == FWD_GENERAL && fa_fwd_smem(*D) > im->smem_optin)
         return H->set_error(ctx, FA_ERR_UNSUPPORTED,
