@@ -46,7 +46,7 @@ for ctype, ptype in TYPES:
     print("template <int N> __device__ __forceinline__ void fa_wgmma_sstb(float (&d)[N / 2], uint64_t da, uint64_t db, int acc, %s);" % ctype)
 print()
 for ctype, ptype in TYPES:
-    for n in (64, 128):
+    for n in (64, 80, 128, 192):
         print(gen("ss", n, ctype, ptype)); print()
     for n in (64, 128, 256):
         print(gen("rs", n, ctype, ptype)); print()

@@ -49,8 +49,8 @@ static constexpr inline int fa_fwd_sm90_smem(int D) { return (128 + 4 * fa_fwd_s
    (3 CUtensorMap); tickets = a device int that is 0 before and after each launch (the
    tile counter). Same feature set as forward_sm90.cuh, paged KV caches excepted. */
 template <typename T, int D> cudaError_t fa_fwd_ws_launch(const fa_cu_fwd &p, int64_t tiles, int grid, const void *maps, int *tickets, cudaStream_t st);
-static constexpr inline int fa_fwd_ws_bn(int D) { return D >= 256 ? 64 : 128; }
-static constexpr inline int fa_fwd_ws_stages(int D) { return D <= 64 ? 4 : D <= 128 ? 3 : 2; }
+static constexpr inline int fa_fwd_ws_bn(int D) { return D >= 256 ? 80 : D > 64 ? 128 : 192; }
+static constexpr inline int fa_fwd_ws_stages(int D) { return D <= 128 ? 3 : 2; }
 static constexpr inline int fa_fwd_ws_smem(int D)
 {
     return (128 + 2 * fa_fwd_ws_stages(D) * fa_fwd_ws_bn(D)) * D * 2 + 8 * (6 + 4 * fa_fwd_ws_stages(D)) + 1024;
