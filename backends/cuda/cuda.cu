@@ -54,6 +54,9 @@ typedef struct {
     void *tmap_encode;               /* cuTensorMapEncodeTiled, or NULL: dQ by atomics */
     int *tickets;                    /* the warp-specialized forward's tile counter (device, 0
                                         between launches), allocated at its first launch */
+    cudaEvent_t tickets_done;        /* recorded after each launch that takes tickets ... */
+    cudaStream_t tickets_stream;     /* ... on this stream: a launch on another stream of the
+                                        context waits for it (one counter, one launch at a time) */
     char qname[160];
 } cuda_impl;
 
@@ -132,7 +135,11 @@ static fa_status cuda_init(fa_context *ctx)
 static void cuda_fini(fa_context *ctx)
 {
     cuda_impl *im = IMPL(ctx);
-    if (im && im->tickets) { cudaSetDevice(im->device); cudaFree(im->tickets); }
+    if (im && im->tickets) {
+        cudaSetDevice(im->device);
+        cudaFree(im->tickets);
+        cudaEventDestroy(im->tickets_done);
+    }
     free(ctx->impl);
     ctx->impl = NULL;
 }
@@ -517,16 +524,21 @@ static fa_status cuda_forward(fa_context *ctx, const fa_problem *p)
                      dtname(p->q.dtype), D, fa_fwd_sm90_bn(D), k.n_splits > 1 ? " split-kv" : "");
         }
     }
-    if (fast == FWD_SM90WS && !im->tickets) {
+    const int tickets = fast == FWD_SM90WS && blocks > im->sms;   /* more tiles than blocks */
+    if (tickets && !im->tickets) {
         cudaError_t ae = cudaMalloc((void **)&im->tickets, sizeof(int));
         if (ae == cudaSuccess) ae = cudaMemset(im->tickets, 0, sizeof(int));
+        if (ae == cudaSuccess) ae = cudaEventCreateWithFlags(&im->tickets_done, cudaEventDisableTiming);
         if (ae != cudaSuccess) {
             cudaGetLastError();
             if (im->tickets) cudaFree(im->tickets);
             im->tickets = NULL;
             return cuda_err(ctx, ae, "the forward's tile counter");
         }
+        im->tickets_stream = im->stream;
     }
+    /* the previous launch that took tickets ran on another stream: this one starts after it */
+    if (tickets && im->tickets_stream != im->stream) cudaStreamWaitEvent(im->stream, im->tickets_done, 0);
 #endif
     const int64_t grid = fast == FWD_SM90WS && blocks > im->sms ? im->sms : blocks;
     H->verbose(ctx, "cuda: forward %s (%lld blocks of %d threads, %d B shared memory%s)", im->qname,
@@ -559,9 +571,13 @@ static fa_status cuda_forward(fa_context *ctx, const fa_problem *p)
 #if FA_SM90A
         const int g = (int)grid;
         switch (D) {
-        case 64: e = bf ? fa_fwd_ws_launch<__nv_bfloat16, 64>(k, blocks, g, maps, im->tickets, im->stream) : fa_fwd_ws_launch<__half, 64>(k, blocks, g, maps, im->tickets, im->stream); break;
-        case 128: e = bf ? fa_fwd_ws_launch<__nv_bfloat16, 128>(k, blocks, g, maps, im->tickets, im->stream) : fa_fwd_ws_launch<__half, 128>(k, blocks, g, maps, im->tickets, im->stream); break;
-        default: e = bf ? fa_fwd_ws_launch<__nv_bfloat16, 256>(k, blocks, g, maps, im->tickets, im->stream) : fa_fwd_ws_launch<__half, 256>(k, blocks, g, maps, im->tickets, im->stream); break;
+        case 64: e = bf ? fa_fwd_ws_launch<__nv_bfloat16, 64>(k, blocks, g, maps, tickets ? im->tickets : NULL, im->stream) : fa_fwd_ws_launch<__half, 64>(k, blocks, g, maps, tickets ? im->tickets : NULL, im->stream); break;
+        case 128: e = bf ? fa_fwd_ws_launch<__nv_bfloat16, 128>(k, blocks, g, maps, tickets ? im->tickets : NULL, im->stream) : fa_fwd_ws_launch<__half, 128>(k, blocks, g, maps, tickets ? im->tickets : NULL, im->stream); break;
+        default: e = bf ? fa_fwd_ws_launch<__nv_bfloat16, 256>(k, blocks, g, maps, tickets ? im->tickets : NULL, im->stream) : fa_fwd_ws_launch<__half, 256>(k, blocks, g, maps, tickets ? im->tickets : NULL, im->stream); break;
+        }
+        if (tickets && e == cudaSuccess) {
+            cudaEventRecord(im->tickets_done, im->stream);
+            im->tickets_stream = im->stream;
         }
 #endif
     }

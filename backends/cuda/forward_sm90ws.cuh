@@ -10,7 +10,8 @@
  * within a head: under a causal mask the longest tiles go first and the shortest fill the
  * end. (A fixed round-robin assignment left up to 2x the mean work on one block under a
  * causal mask.) The block that takes the launch's last ticket sets the counter back to 0
- * for the next launch: a launch hands out exactly `ntiles` tickets.
+ * for the next launch: a launch hands out exactly `ntiles` tickets. A grid of `ntiles`
+ * blocks or more takes no ticket (tickets may then be NULL).
  *   - warpgroup 0 gives registers back (setmaxnreg.dec to FA_WS_PRODUCER_REGS); its first
  *     warp is the producer, the other three exit. The producer loads the tile's Q (128 rows)
  *     and its KV tiles into a ring of ST stages, K and V of a stage with barriers of their
@@ -171,8 +172,8 @@ __global__ void __launch_bounds__(384, 1)
                 fa_mbar_arrive(full_t(j & 1));
             }
             if (t >= ntiles) break;
-            int tn = 0;
-            if (lane == 0) {
+            int tn = ntiles;                                   /* grid >= ntiles: one tile per block */
+            if (lane == 0 && ntiles > (int)gridDim.x) {
                 const int r = atomicAdd(tickets, 1);
                 if (r == ntiles - 1) atomicExch(tickets, 0);   /* the launch's last ticket */
                 tn = r + (int)gridDim.x;
