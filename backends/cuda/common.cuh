@@ -158,6 +158,33 @@ __device__ __forceinline__ int64_t fa_dev_krow(const fa_cu_fwd &p, const fa_dseq
     return s.tb * sb + (s.k0 + j) * ss + (int64_t)hk * sh;
 }
 
+/* ---- the end of a row -------------------------------------------------------------------- */
+/* The end of one query row's online softmax in the mma fragment layouts (a row lives in the
+   4 lanes of a quad): the quad's partial sums added up, the sink (when the call has one
+   and is not split), then fac (what O's row is multiplied by) and lse; NaN in both when the
+   row saw one, fac 0 and lse -inf when it saw no key. m = the running max (base 2, scaled),
+   l = this thread's partial sum. */
+__device__ __forceinline__ void fa_row_end(const fa_cu_fwd &p, int h, float m, float l, float &fac, float &lse)
+{
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    if (p.sinks && p.n_splits == 1) {
+        const float sk2 = p.sinks[h] * FA_LOG2E;
+        const float M = fmaxf(m, sk2);
+        const float em = m == -INFINITY ? 0.f : fa_exp2(m - M);
+        l = l * em + fa_exp2(sk2 - M);
+        fac = em / l;
+        lse = M * FA_LN2 + logf(l);
+    } else if (m == -INFINITY || l == 0.f) {
+        fac = 0.f;
+        lse = -INFINITY;
+    } else {
+        fac = 1.f / l;
+        lse = m * FA_LN2 + logf(l);
+    }
+    if (m != m || l != l) { fac = __int_as_float(0x7fc00000); lse = fac; }
+}
+
 /* ---- where a block sits ---------------------------------------------------------------- */
 /* Keys visible to every query row in [first, last]: [full_lo, full_hi). Row windows grow
    with the row, so the last row has the largest lower bound and the first the smallest

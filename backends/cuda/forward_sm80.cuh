@@ -248,25 +248,7 @@ __global__ void __launch_bounds__(fa_fwd_cfg<D>::NT, fa_fwd_cfg<D>::MINB) fa_fwd
     float fac[2], lse[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        float l = rsum[r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        float m = rmax[r];
-        if (p.sinks && p.n_splits == 1) {
-            const float sk2 = p.sinks[h] * FA_LOG2E;
-            const float M = fmaxf(m, sk2);
-            const float em = m == -INFINITY ? 0.f : fa_exp2(m - M);
-            l = l * em + fa_exp2(sk2 - M);
-            fac[r] = em / l;
-            lse[r] = M * FA_LN2 + logf(l);
-        } else if (m == -INFINITY || l == 0.f) {
-            fac[r] = 0.f;
-            lse[r] = -INFINITY;
-        } else {
-            fac[r] = 1.f / l;
-            lse[r] = m * FA_LN2 + logf(l);
-        }
-        if (m != m || l != l) { fac[r] = __int_as_float(0x7fc00000); lse[r] = fac[r]; }
+        fa_row_end(p, h, rmax[r], rsum[r], fac[r], lse[r]);
         fac[r] *= p.keep_scale;
     }
     if (p.n_splits > 1) {

@@ -196,34 +196,22 @@ __global__ void __launch_bounds__(384, 1)
                 const uint32_t ph = (use / ST) & 1;
                 const int n0 = nb * BN, nval = min(BN, s.sk - n0);
                 const bool tma = nval == BN || p.layout == FA_CU_DENSE;
-                fa_mbar_wait(empty_k(st), ph ^ 1);
-                if (tma) {
-                    if (lane == 0) {
-                        fa_mbar_expect_tx(full_k(st), C::KB);
+                /* one of K and V into stage st: by TMA, or copied (the partial kind) */
+                auto load = [&](const CUtensorMap *map, unsigned char *dst, uint32_t full, uint32_t empty,
+                                const void *base, int64_t sb, int64_t ss, int64_t sh, int ncols) {
+                    fa_mbar_wait(empty, ph ^ 1);
+                    if (!tma) {
+                        copy_tail(dst, full, reinterpret_cast<const T *>(base) + s.tb * sb + (s.k0 + n0) * ss + (int64_t)fb.hk * sh,
+                                  ss, nval, ncols);
+                    } else if (lane == 0) {
+                        fa_mbar_expect_tx(full, C::KB);
 #pragma unroll
                         for (int c = 0; c < D / 64; c++)
-                            fa_tma_load_4d(fa_smem_u32(sK + st * C::KB + c * BN * 128), &tm_k, full_k(st), c * 64,
-                                           (int)s.k0 + n0, fb.hk, (int)s.tb);
+                            fa_tma_load_4d(fa_smem_u32(dst + c * BN * 128), map, full, c * 64, (int)s.k0 + n0, fb.hk, (int)s.tb);
                     }
-                } else {
-                    copy_tail(sK + st * C::KB, full_k(st),
-                              reinterpret_cast<const T *>(p.k) + s.tb * p.k_sb + (s.k0 + n0) * p.k_ss + (int64_t)fb.hk * p.k_sh,
-                              p.k_ss, nval, p.dqk);
-                }
-                fa_mbar_wait(empty_v(st), ph ^ 1);
-                if (tma) {
-                    if (lane == 0) {
-                        fa_mbar_expect_tx(full_v(st), C::KB);
-#pragma unroll
-                        for (int c = 0; c < D / 64; c++)
-                            fa_tma_load_4d(fa_smem_u32(sV + st * C::KB + c * BN * 128), &tm_v, full_v(st), c * 64,
-                                           (int)s.k0 + n0, fb.hk, (int)s.tb);
-                    }
-                } else {
-                    copy_tail(sV + st * C::KB, full_v(st),
-                              reinterpret_cast<const T *>(p.v) + s.tb * p.v_sb + (s.k0 + n0) * p.v_ss + (int64_t)fb.hk * p.v_sh,
-                              p.v_ss, nval, p.dv);
-                }
+                };
+                load(&tm_k, sK + st * C::KB, full_k(st), empty_k(st), p.k, p.k_sb, p.k_ss, p.k_sh, p.dqk);
+                load(&tm_v, sV + st * C::KB, full_v(st), empty_v(st), p.v, p.v_sb, p.v_ss, p.v_sh, p.dv);
             }
         }
         return;
