@@ -169,8 +169,8 @@ static void cuda_describe(const fa_context *ctx, char *buf, size_t len)
                    "Q, K, V in 128-byte swizzled shared memory, K/V double-buffered with cp.async, "
                    "S = Q K^T and O += P V on wgmma (P from registers)%s\n",
                    im->use_ws ? "; since then warp-specialized for every layout but paged caches (and d64 with "
-                                "<= 1024 keys): a producer warp loads Q, K, V by TMA into a ring of 4/3/2 stages "
-                                "(d64/d128/d256) with mbarriers, 2 consumer warpgroups "
+                                "<= 1024 keys): a producer warp loads Q, K, V by TMA into a ring of 3/3/2 stages "
+                                "(d64/d128/d256; tiles 128 x 192/128/80) with mbarriers, 2 consumer warpgroups "
                                 "(setmaxnreg 232 registers, producer 40), persistent grid of one block per SM, "
                                 "query tiles of a head in descending order" : "");
     if (im->use_sm90_bwd)
