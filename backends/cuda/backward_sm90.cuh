@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(256, 1) fa_bwd_sm90_kernel(const fa_cu_bwd pb,
     constexpr bool SPLIT = C::SPLIT;
     const fa_cu_fwd &p = pb.f;
     extern __shared__ __align__(1024) unsigned char fa_smem_raw[];
-    unsigned char *smem = fa_smem_raw + ((1024 - (fa_smem_u32(fa_smem_raw) & 1023)) & 1023);
+    unsigned char *smem = fa_align1024(fa_smem_raw);
     unsigned char *sK = smem, *sV = sK + C::KB;
     unsigned char *sQ = sV + C::KB;          /* 2 buffers */
     unsigned char *sdO = sQ + 2 * C::QB;     /* 2 buffers */

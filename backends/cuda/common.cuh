@@ -185,6 +185,59 @@ __device__ __forceinline__ void fa_row_end(const fa_cu_fwd &p, int h, float m, f
     if (m != m || l != l) { fac = __int_as_float(0x7fc00000); lse = fac; }
 }
 
+/* The one write of two query rows, row0 and row0 + 8, of O and their lse (or, split-KV, of
+   this split's fp32 part and lse part). acc is the rows' O accumulator in the m16n8 C
+   fragment layout, flat: element 4 nt + 2 r + e is column nt * 8 + (lane % 4) * 2 + e of
+   row row0 + 8 r; fac and lse come from fa_row_end. Rows past the sequence are not
+   written. */
+template <typename T, int D>
+__device__ __forceinline__ void fa_store_rows(const fa_cu_fwd &p, const fa_dseq &s, int b, int h, int split,
+                                              const float *acc, const float (&fac)[2], const float (&lse)[2], int row0)
+{
+    const int lane = threadIdx.x % 32;
+    if (p.n_splits > 1) {
+        /* fp32 partial [split][(b*H + h)*Sq + i][dv] (dense and kvcache layouts only) */
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int i = row0 + r * 8;
+            if (i >= s.sq) continue;
+            const int64_t row = ((int64_t)b * p.hq + h) * p.sq + i;
+            const int64_t rows = (int64_t)p.batch * p.hq * p.sq;
+            float *o = p.o_part + ((int64_t)split * rows + row) * p.dv;
+#pragma unroll
+            for (int nt = 0; nt < D / 8; nt++) {
+                const int c = nt * 8 + (lane % 4) * 2;
+                if (c < p.dv)
+                    *reinterpret_cast<float2 *>(o + c) =
+                        make_float2(acc[4 * nt + 2 * r] * fac[r], acc[4 * nt + 2 * r + 1] * fac[r]);
+            }
+            if (lane % 4 == 0) p.lse_part[(int64_t)split * rows + row] = lse[r];
+        }
+        return;
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int i = row0 + r * 8;
+        if (i >= s.sq) continue;
+        const int64_t orow = s.tb * p.o_sb + (s.q0 + i) * p.o_ss + (int64_t)h * p.o_sh;
+#pragma unroll
+        for (int nt = 0; nt < D / 8; nt++) {
+            const int c = nt * 8 + (lane % 4) * 2;
+            if (c >= p.dv) continue;
+            const float x0 = acc[4 * nt + 2 * r] * fac[r], x1 = acc[4 * nt + 2 * r + 1] * fac[r];
+            if (p.out_dtype == FA_CU_F32)
+                *reinterpret_cast<float2 *>(reinterpret_cast<float *>(p.out) + orow + c) = make_float2(x0, x1);
+            else
+                *reinterpret_cast<uint32_t *>(reinterpret_cast<T *>(p.out) + orow + c) = fa_pack2(x0, x1, T());
+        }
+        if (p.lse && lane % 4 == 0) {
+            const int64_t li = p.layout == FA_CU_VARLEN ? (int64_t)h * p.total_q + s.q0 + i
+                                                        : ((int64_t)b * p.hq + h) * p.sq + i;
+            p.lse[li] = lse[r];
+        }
+    }
+}
+
 /* ---- where a block sits ---------------------------------------------------------------- */
 /* Keys visible to every query row in [first, last]: [full_lo, full_hi). Row windows grow
    with the row, so the last row has the largest lower bound and the first the smallest

@@ -264,46 +264,7 @@ __global__ void __launch_bounds__(fa_ffast_cfg<D>::NT, fa_ffast_cfg<D>::MINB) fa
             qi[r] = m0 + wrow + mt * 16 + lane / 4 + r * 8;
             fa_row_end(p, h, rmax[mt][r], rsum[mt][r], fac[r], lse[r]);
         }
-        if (p.n_splits > 1) {
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int i = qi[r];
-                if (i >= s.sq) continue;
-                const int64_t row = ((int64_t)b * p.hq + h) * p.sq + i;
-                const int64_t rows = (int64_t)p.batch * p.hq * p.sq;
-                float *o = p.o_part + ((int64_t)split * rows + row) * p.dv;
-#pragma unroll
-                for (int nt = 0; nt < D / 8; nt++) {
-                    const int c = nt * 8 + (lane % 4) * 2;
-                    if (c < p.dv)
-                        *reinterpret_cast<float2 *>(o + c) =
-                            make_float2(oacc[mt][nt][2 * r] * fac[r], oacc[mt][nt][2 * r + 1] * fac[r]);
-                }
-                if (lane % 4 == 0) p.lse_part[(int64_t)split * rows + row] = lse[r];
-            }
-            continue;
-        }
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int i = qi[r];
-            if (i >= s.sq) continue;
-            const int64_t orow = s.tb * p.o_sb + (s.q0 + i) * p.o_ss + (int64_t)h * p.o_sh;
-#pragma unroll
-            for (int nt = 0; nt < D / 8; nt++) {
-                const int c = nt * 8 + (lane % 4) * 2;
-                if (c >= p.dv) continue;
-                const float x0 = oacc[mt][nt][2 * r] * fac[r], x1 = oacc[mt][nt][2 * r + 1] * fac[r];
-                if (p.out_dtype == FA_CU_F32)
-                    *reinterpret_cast<float2 *>(reinterpret_cast<float *>(p.out) + orow + c) = make_float2(x0, x1);
-                else
-                    *reinterpret_cast<uint32_t *>(reinterpret_cast<T *>(p.out) + orow + c) = fa_pack2(x0, x1, T());
-            }
-            if (p.lse && lane % 4 == 0) {
-                const int64_t li = p.layout == FA_CU_VARLEN ? (int64_t)h * p.total_q + s.q0 + i
-                                                            : ((int64_t)b * p.hq + h) * p.sq + i;
-                p.lse[li] = lse[r];
-            }
-        }
+        fa_store_rows<T, D>(p, s, b, h, split, &oacc[mt][0][0], fac, lse, qi[0]);
     }
 }
 

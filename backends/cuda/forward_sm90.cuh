@@ -34,6 +34,13 @@ template <int D> struct fa_f90_cfg {
     static_assert(SMEM == QB + 4 * KB + 1024, "kernels.h and the kernel disagree on the shared memory");
 };
 
+/* The first 1024-byte aligned shared-memory address at or after p (the 128-byte swizzle
+   repeats every 1024 bytes; the kernels ask for 1 KiB of slack). */
+__device__ __forceinline__ unsigned char *fa_align1024(unsigned char *p)
+{
+    return p + ((1024 - (fa_smem_u32(p) & 1023)) & 1023);
+}
+
 /* Byte offset of 16-byte chunk ch of row r in a swizzled tile of R rows. */
 template <int R>
 __device__ __forceinline__ uint32_t fa_swz128(int r, int ch)
@@ -207,50 +214,10 @@ __device__ __forceinline__ void fa90_epilogue(const fa_cu_fwd &p, const fa_dseq 
                                               const float (&oacc)[D / 2], const float (&rmax)[2], const float (&rsum)[2],
                                               int row0)
 {
-    const int lane = threadIdx.x % 32;
     float fac[2], lse[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) fa_row_end(p, h, rmax[r], rsum[r], fac[r], lse[r]);
-    if (p.n_splits > 1) {
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int i = row0 + r * 8;
-            if (i >= s.sq) continue;
-            const int64_t row = ((int64_t)b * p.hq + h) * p.sq + i;
-            const int64_t rows = (int64_t)p.batch * p.hq * p.sq;
-            float *o = p.o_part + ((int64_t)split * rows + row) * p.dv;
-#pragma unroll
-            for (int nt = 0; nt < D / 8; nt++) {
-                const int c = nt * 8 + (lane % 4) * 2;
-                if (c < p.dv)
-                    *reinterpret_cast<float2 *>(o + c) =
-                        make_float2(oacc[4 * nt + 2 * r] * fac[r], oacc[4 * nt + 2 * r + 1] * fac[r]);
-            }
-            if (lane % 4 == 0) p.lse_part[(int64_t)split * rows + row] = lse[r];
-        }
-        return;
-    }
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int i = row0 + r * 8;
-        if (i >= s.sq) continue;
-        const int64_t orow = s.tb * p.o_sb + (s.q0 + i) * p.o_ss + (int64_t)h * p.o_sh;
-#pragma unroll
-        for (int nt = 0; nt < D / 8; nt++) {
-            const int c = nt * 8 + (lane % 4) * 2;
-            if (c >= p.dv) continue;
-            const float x0 = oacc[4 * nt + 2 * r] * fac[r], x1 = oacc[4 * nt + 2 * r + 1] * fac[r];
-            if (p.out_dtype == FA_CU_F32)
-                *reinterpret_cast<float2 *>(reinterpret_cast<float *>(p.out) + orow + c) = make_float2(x0, x1);
-            else
-                *reinterpret_cast<uint32_t *>(reinterpret_cast<T *>(p.out) + orow + c) = fa_pack2(x0, x1, T());
-        }
-        if (p.lse && lane % 4 == 0) {
-            const int64_t li = p.layout == FA_CU_VARLEN ? (int64_t)h * p.total_q + s.q0 + i
-                                                        : ((int64_t)b * p.hq + h) * p.sq + i;
-            p.lse[li] = lse[r];
-        }
-    }
+    fa_store_rows<T, D>(p, s, b, h, split, oacc, fac, lse, row0);
 }
 
 template <typename T, int D>
@@ -260,7 +227,7 @@ __global__ void __launch_bounds__(256, fa_fwd_sm90_minb(D)) fa_fwd_sm90_kernel(c
     typedef fa_f90_cfg<D> C;
     constexpr int BM = C::BM, BN = C::BN, NT = C::NT;
     extern __shared__ __align__(1024) unsigned char fa_smem_raw[];
-    unsigned char *smem = fa_smem_raw + ((1024 - (fa_smem_u32(fa_smem_raw) & 1023)) & 1023);
+    unsigned char *smem = fa_align1024(fa_smem_raw);
     unsigned char *sQ = smem;
     unsigned char *sK = sQ + C::QB;          /* 2 stages */
     unsigned char *sV = sK + 2 * C::KB;      /* 2 stages */

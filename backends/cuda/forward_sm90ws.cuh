@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(384, 1)
     typedef fa_ws_cfg<D> C;
     constexpr int BM = C::BM, BN = C::BN, ST = C::ST;
     extern __shared__ __align__(1024) unsigned char fa_smem_raw[];
-    unsigned char *smem = fa_smem_raw + ((1024 - (fa_smem_u32(fa_smem_raw) & 1023)) & 1023);
+    unsigned char *smem = fa_align1024(fa_smem_raw);
     unsigned char *sQ = smem;
     unsigned char *sK = sQ + C::QB;             /* ST stages */
     unsigned char *sV = sK + ST * C::KB;        /* ST stages */
