@@ -50,6 +50,7 @@ typedef struct {
     int force_ws;
     int sm90_vdesc;                  /* FA_SM90_VDESC: layout variant of V's descriptor (diagnostic) */
     int use_sm90_bwd;                /* the Hopper backward serves the lean set */
+    int dq_atomic;                   /* FA_CUDA_DQ=atomic: ... adds dQ with atomics, not the tensor-map reduce */
     int tmap_tried;                  /* the driver's tensor-map encoder looked up (once) */
     void *tmap_encode;               /* cuTensorMapEncodeTiled, or NULL: dQ by atomics */
     int *tickets;                    /* the warp-specialized forward's tile counter (device, 0
@@ -122,6 +123,8 @@ static fa_status cuda_init(fa_context *ctx)
     im->force_ws = im->use_ws && fk && !strcmp(fk, "ws");
     const char *fb = getenv("FA_CUDA_BWD");   /* FA_CUDA_BWD=sm80: the sm80 backward always */
     im->use_sm90_bwd = FA_SM90A && im->cc_major == 9 && im->cc_minor == 0 && !(fb && !strcmp(fb, "sm80"));
+    const char *dq = getenv("FA_CUDA_DQ");   /* FA_CUDA_DQ=atomic: the Hopper backward's dQ by atomics */
+    im->dq_atomic = dq && !strcmp(dq, "atomic");
     const char *vd = getenv("FA_SM90_VDESC");
     im->sm90_vdesc = vd && !strcmp(vd, "1");
     const char *fe = getenv("FA_CUDA_F32");
@@ -692,8 +695,7 @@ static fa_status bwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_bwd *k, in
    atomics. FA_CUDA_DQ=atomic forces that path (A/B runs). */
 static int dq_tensor_map(cuda_impl *im, CUtensorMap *m, float *dq_acc, int64_t rows, int dqk)
 {
-    const char *e = getenv("FA_CUDA_DQ");
-    if ((e && !strcmp(e, "atomic")) || !tmap_encoder(im) || rows > INT32_MAX || rows < 1) return 0;
+    if (im->dq_atomic || !tmap_encoder(im) || rows > INT32_MAX || rows < 1) return 0;
     const cuuint64_t dim[2] = { (cuuint64_t)dqk, (cuuint64_t)rows }, stride[1] = { (cuuint64_t)dqk * sizeof(float) };
     const cuuint32_t box[2] = { FA_BWD_SM90_DQ_BOX_COLS, FA_BWD_SM90_DQ_BOX_ROWS }, es[2] = { 1, 1 };
     memset(m, 0, sizeof *m);
