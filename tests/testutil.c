@@ -848,9 +848,12 @@ void tu_run(const tu_case *c)
                    magnitude is ds_rss (above), and the floor is one rounding at that
                    magnitude in the data's precision (KNOWN_FAILURES #5). */
                 /* plus the flush floor (#21): each row's psink_i D_i term, psink_i below
-                   2^-126 given as 0, |D_i| <= d_v max|dout| max|out| */
+                   2^-126 given as 0, |D_i| <= d_v max|dout| max|out|; and D_i itself
+                   formed from out whose P were flushed (psink_i <= 1): each out element
+                   off by at most out's flush floor, Sk 2^-126 max|v| / (1 - p) (#25) */
                 const double dsflush = (double)nq_log * 0x1p-126 * (double)dv * domax *
-                                       max_abs(o_out, nq_log * H * dv);
+                                       (max_abs(o_out, nq_log * H * dv) +
+                                        (double)skmax * vmax * dropk);
                 compare(c, be, "dsinks", g_ds, o_ds, n_ds, H, ds_dt, 3.0, ds_rss, 1.0, dsflush, smax);
             }
             for (int64_t r = 0; r < nq_log; r++) {
