@@ -78,6 +78,214 @@ __device__ __forceinline__ void fa_stmatrix_x4_trans(uint32_t addr, uint32_t a, 
                  : "memory");
 }
 
+/* The backward's products for one warpgroup, issued, not waited for. Tiles in shared
+   memory are swizzled panels of 64 columns (128-byte rows): K and V of BN rows, Q and dO of
+   BQ rows, dS [query][key] of BQ rows.
+   S^T = K_w Q^T and dP^T = V_w dO^T (the warpgroup's 64 keys from block row kw x the BQ
+   queries), two commit groups, S^T first. */
+template <typename T, int D, int BN, int BQ>
+__device__ __forceinline__ void fa_b90_issue_sdp(float (&sacc)[BQ / 2], float (&pacc)[BQ / 2], uint32_t kaddr,
+                                                 uint32_t vaddr, uint32_t qaddr, uint32_t doaddr, int kw)
+{
+#pragma unroll
+    for (int i = 0; i < BQ / 2; i++) { fa_reg_fence(sacc[i]); fa_reg_fence(pacc[i]); }
+    fa_wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < D / 16; k++)
+        fa_wgmma_ss<BQ>(sacc, fa_gmma_desc(kaddr + (k >> 2) * (BN * 128) + kw * 128 + (k & 3) * 32, 16, 1024),
+                        fa_gmma_desc(qaddr + (k >> 2) * (BQ * 128) + (k & 3) * 32, 16, 1024), k > 0, T());
+    fa_wgmma_commit();
+#pragma unroll
+    for (int k = 0; k < D / 16; k++)
+        fa_wgmma_ss<BQ>(pacc, fa_gmma_desc(vaddr + (k >> 2) * (BN * 128) + kw * 128 + (k & 3) * 32, 16, 1024),
+                        fa_gmma_desc(doaddr + (k >> 2) * (BQ * 128) + (k & 3) * 32, 16, 1024), k > 0, T());
+    fa_wgmma_commit();
+}
+
+/* dV_w += P^T dO and dK_w += dS^T Q over NKV columns from kvcol0 (A from registers, B read
+   N-major: rows = queries), one commit group. */
+template <typename T, int NKV, int BQ>
+__device__ __forceinline__ void fa_b90_issue_dkdv(float (&dka)[NKV / 2], float (&dva)[NKV / 2], const uint32_t (&pa)[BQ / 16][4],
+                                                  const uint32_t (&ga)[BQ / 16][4], uint32_t qaddr, uint32_t doaddr, int kvcol0)
+{
+#pragma unroll
+    for (int i = 0; i < NKV / 2; i++) { fa_reg_fence(dka[i]); fa_reg_fence(dva[i]); }
+    fa_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BQ / 16; kk++)
+        fa_wgmma_rs<NKV>(dva, pa[kk], fa_gmma_desc(doaddr + (kvcol0 / 64) * (BQ * 128) + kk * 16 * 128, BQ * 128, 1024), 1, T());
+#pragma unroll
+    for (int kk = 0; kk < BQ / 16; kk++)
+        fa_wgmma_rs<NKV>(dka, ga[kk], fa_gmma_desc(qaddr + (kvcol0 / 64) * (BQ * 128) + kk * 16 * 128, BQ * 128, 1024), 1, T());
+    fa_wgmma_commit();
+}
+
+/* dQ[:, col0 .. col0 + DQR) = dS K over the block's BN keys (dS at dsaddr, K read N-major),
+   one commit group. */
+template <typename T, int DQR, int BN, int BQ>
+__device__ __forceinline__ void fa_b90_issue_dq(float (&acc)[DQR / 2], uint32_t dsaddr, uint32_t kaddr, int col0)
+{
+#pragma unroll
+    for (int i = 0; i < DQR / 2; i++) fa_reg_fence(acc[i]);
+    fa_wgmma_fence();
+    const uint32_t kcol = kaddr + (col0 / 64) * (BN * 128) + (col0 % 64) * 2;
+#pragma unroll
+    for (int k = 0; k < BN / 16; k++)
+        fa_wgmma_sstb<DQR>(acc, fa_gmma_desc(dsaddr + (k >> 2) * (BQ * 128) + (k & 3) * 32, 16, 1024),
+                           fa_gmma_desc(kcol + k * 16 * 128, BN * 128, 1024), k > 0, T());
+    fa_wgmma_commit();
+}
+
+/* Row of query i of head h in the lse layout (lse, D_i and the fp32 dQ workspace). */
+__device__ __forceinline__ int64_t fa_b90_lse_row(const fa_cu_fwd &p, const fa_dseq &s, int b, int h, int i)
+{
+    return p.layout == FA_CU_VARLEN ? (int64_t)h * p.total_q + s.q0 + i : ((int64_t)b * p.hq + h) * p.sq + i;
+}
+
+/* P^T = exp2(S^T scale log2e - lse log2e) in place, S^T from the wgmma accumulator of one
+   warpgroup (64 keys x BQ queries): element e of n-tile nt is key krow + 8 (e / 2) of the
+   block (first key n0), query 8 nt + 2 (lane % 4) + (e & 1) of the tile (first query m0);
+   cL: the tile's lse rows. full: no key of the block is hidden from a query of the tile
+   (no mask test per element). */
+template <int BQ>
+__device__ __forceinline__ void fa_b90_p(const fa_cu_fwd &p, const fa_dseq &s, float (&sacc)[BQ / 2], const float *cL,
+                                         bool full, int n0, int krow, int m0, float sl2)
+{
+    const int lane = threadIdx.x % 32;
+    if (full) {
+#pragma unroll
+        for (int nt = 0; nt < BQ / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int c = nt * 8 + (lane % 4) * 2 + (e & 1);
+                sacc[nt * 4 + e] = fa_exp2(fmaf(sacc[nt * 4 + e], sl2, -cL[c] * FA_LOG2E));
+            }
+    } else {
+#pragma unroll
+        for (int nt = 0; nt < BQ / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int c = nt * 8 + (lane % 4) * 2 + (e & 1);
+                const int j = n0 + krow + 8 * (e / 2), pos = m0 + c + s.off;
+                const bool vis = j < s.sk && (p.window_left < 0 || j >= pos - p.window_left) &&
+                                 (p.window_right < 0 || j <= pos + p.window_right);
+                sacc[nt * 4 + e] = vis ? fa_exp2(fmaf(sacc[nt * 4 + e], sl2, -cL[c] * FA_LOG2E)) : 0.f;
+            }
+    }
+}
+
+/* dS^T = P^T (dP^T - D) in pacc (dP^T in, dS^T out; cD: the tile's D rows), then P^T and
+   dS^T packed to 16-bit A fragments, one per 16 queries. */
+template <typename T, int BQ>
+__device__ __forceinline__ void fa_b90_ds_pack(const float (&sacc)[BQ / 2], float (&pacc)[BQ / 2], const float *cD,
+                                               uint32_t (&pa)[BQ / 16][4], uint32_t (&ga)[BQ / 16][4])
+{
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int nt = 0; nt < BQ / 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int c = nt * 8 + (lane % 4) * 2 + (e & 1);
+            pacc[nt * 4 + e] = sacc[nt * 4 + e] * (pacc[nt * 4 + e] - cD[c]);
+        }
+#pragma unroll
+    for (int kk = 0; kk < BQ / 16; kk++)
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            pa[kk][q] = fa_pack2(sacc[8 * kk + 2 * q], sacc[8 * kk + 2 * q + 1], T());
+            ga[kk][q] = fa_pack2(pacc[8 * kk + 2 * q], pacc[8 * kk + 2 * q + 1], T());
+        }
+}
+
+/* One warp's 16 dQ rows (m0 + 16 warp ..) x DQR columns from col0, from the wgmma
+   accumulator qacc, added into the fp32 workspace. Rows wholly inside the sequence go
+   through this warp's NBOX staging boxes at sdq (fp32, 16 x 32, 128-byte swizzle) and the
+   tensor-map reduce, issued by lane 0 after the warp's previous reduce has read the boxes;
+   otherwise (tail rows, no tensor map) per-element atomic adds. */
+template <int DQR, int XB>
+__device__ __forceinline__ void fa_b90_dq_out(const fa_cu_bwd &pb, const fa_dseq &s, int b, int h, int m0, int col0,
+                                              const float (&qacc)[DQR / 2], unsigned char *sdq,
+                                              const CUtensorMap *dq_map, int dq_tma)
+{
+    const fa_cu_fwd &p = pb.f;
+    const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+    constexpr int NBOX = DQR / 32;
+    const int qrow0 = m0 + warp * 16;
+    if (dq_tma && qrow0 + 16 <= s.sq) {
+        if (lane == 0) fa_bulk_wait_read();
+        __syncwarp();
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int row = lane / 4 + 8 * r;      /* row in the box; swizzle row % 8 = lane / 4 */
+#pragma unroll
+            for (int nt = 0; nt < DQR / 8; nt++) {
+                const int col = nt * 8 + (lane % 4) * 2;
+                *reinterpret_cast<float2 *>(sdq + (col / 32) * XB + row * 128 + ((((col % 32) / 4) ^ (lane / 4)) << 4) +
+                                            (col % 4) * 4) = make_float2(qacc[nt * 4 + 2 * r], qacc[nt * 4 + 2 * r + 1]);
+            }
+        }
+        fa_fence_proxy_async();   /* the generic-proxy stores, seen by the tensor copies */
+        __syncwarp();
+        if (lane == 0) {
+            const int grow = (int)fa_b90_lse_row(p, s, b, h, qrow0);
+#pragma unroll
+            for (int x = 0; x < NBOX; x++) fa_tma_reduce_add_2d(dq_map, sdq + x * XB, col0 + 32 * x, grow);
+            fa_bulk_commit();
+        }
+    } else {
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int i = qrow0 + lane / 4 + 8 * r;
+            if (i >= s.sq) continue;
+            float *dq = pb.dq_acc + fa_b90_lse_row(p, s, b, h, i) * p.dqk;
+#pragma unroll
+            for (int nt = 0; nt < DQR / 8; nt++) {
+                const int c = col0 + nt * 8 + (lane % 4) * 2;
+                if (c < p.dqk) {
+                    atomicAdd(dq + c, qacc[nt * 4 + 2 * r]);
+                    atomicAdd(dq + c + 1, qacc[nt * 4 + 2 * r + 1]);
+                }
+            }
+        }
+    }
+}
+
+/* dK (times scale) and dV of this thread's two key rows (block row krow and krow + 8, first
+   key n0) and NKV columns from kvcol0, stored once; rows past the sequence are skipped. */
+template <typename T, int NKV>
+__device__ __forceinline__ void fa_b90_store_dkdv(const fa_cu_bwd &pb, const fa_dseq &s, int b, int hk, int n0, int krow,
+                                                  int kvcol0, const float (&dka)[NKV / 2], const float (&dva)[NKV / 2])
+{
+    const fa_cu_fwd &p = pb.f;
+    const int lane = threadIdx.x % 32;
+    const float scale = p.scale;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int j = n0 + krow + 8 * r;
+        if (j >= s.sk) continue;
+        const int64_t ko = fa_dev_krow(p, s, b, j, hk, pb.dk_sb, pb.dk_ss, pb.dk_sh);
+        const int64_t vo = fa_dev_krow(p, s, b, j, hk, pb.dv_sb, pb.dv_ss, pb.dv_sh);
+#pragma unroll
+        for (int nt = 0; nt < NKV / 8; nt++) {
+            const int c = kvcol0 + nt * 8 + (lane % 4) * 2;
+            if (c < p.dqk) {
+                const float x0 = dka[nt * 4 + 2 * r] * scale, x1 = dka[nt * 4 + 2 * r + 1] * scale;
+                if (pb.dk_dtype == FA_CU_F32)
+                    *reinterpret_cast<float2 *>(reinterpret_cast<float *>(pb.dk) + ko + c) = make_float2(x0, x1);
+                else
+                    *reinterpret_cast<uint32_t *>(reinterpret_cast<T *>(pb.dk) + ko + c) = fa_pack2(x0, x1, T());
+            }
+            if (c < p.dv) {
+                const float x0 = dva[nt * 4 + 2 * r], x1 = dva[nt * 4 + 2 * r + 1];
+                if (pb.dv_dtype == FA_CU_F32)
+                    *reinterpret_cast<float2 *>(reinterpret_cast<float *>(pb.dv) + vo + c) = make_float2(x0, x1);
+                else
+                    *reinterpret_cast<uint32_t *>(reinterpret_cast<T *>(pb.dv) + vo + c) = fa_pack2(x0, x1, T());
+            }
+        }
+    }
+}
+
 template <typename T, int D>
 __global__ void __launch_bounds__(256, 1) fa_bwd_sm90_kernel(const fa_cu_bwd pb, const __grid_constant__ CUtensorMap dq_map, const int dq_tma)
 {
@@ -124,9 +332,7 @@ __global__ void __launch_bounds__(256, 1) fa_bwd_sm90_kernel(const fa_cu_bwd pb,
         return vbase + fa_dev_krow(p, s, b, n0 + r, hk, p.v_sb, p.v_ss, p.v_sh);
     });
 
-    auto lse_row = [&](int h, int i) -> int64_t {
-        return p.layout == FA_CU_VARLEN ? (int64_t)h * p.total_q + s.q0 + i : ((int64_t)b * p.hq + h) * p.sq + i;
-    };
+    auto lse_row = [&](int h, int i) -> int64_t { return fa_b90_lse_row(p, s, b, h, i); };
     auto load_q = [&](int it, int buf) {
         const int h = hk * G + it / nq, m0 = (mt_lo + it % nq) * BQ;
         const T *qb = reinterpret_cast<const T *>(p.q) + s.tb * p.q_sb + (s.q0 + m0) * p.q_ss + (int64_t)h * p.q_sh;
@@ -180,19 +386,7 @@ __global__ void __launch_bounds__(256, 1) fa_bwd_sm90_kernel(const fa_cu_bwd pb,
 
         /* S^T = K_w Q^T and dP^T = V_w dO^T (64 keys x 64 queries per warpgroup) */
         float sacc[BQ / 2], pacc[BQ / 2];
-#pragma unroll
-        for (int i = 0; i < BQ / 2; i++) { fa_reg_fence(sacc[i]); fa_reg_fence(pacc[i]); }
-        fa_wgmma_fence();
-#pragma unroll
-        for (int k = 0; k < D / 16; k++)
-            fa_wgmma_ss<BQ>(sacc, fa_gmma_desc(kaddr + (k >> 2) * (BN * 128) + kw * 128 + (k & 3) * 32, 16, 1024),
-                            fa_gmma_desc(qaddr + (k >> 2) * (BQ * 128) + (k & 3) * 32, 16, 1024), k > 0, T());
-        fa_wgmma_commit();
-#pragma unroll
-        for (int k = 0; k < D / 16; k++)
-            fa_wgmma_ss<BQ>(pacc, fa_gmma_desc(vaddr + (k >> 2) * (BN * 128) + kw * 128 + (k & 3) * 32, 16, 1024),
-                            fa_gmma_desc(doaddr + (k >> 2) * (BQ * 128) + (k & 3) * 32, 16, 1024), k > 0, T());
-        fa_wgmma_commit();
+        fa_b90_issue_sdp<T, D, BN, BQ>(sacc, pacc, kaddr, vaddr, qaddr, doaddr, kw);
         fa_wgmma_wait<1>();
 #pragma unroll
         for (int i = 0; i < BQ / 2; i++) fa_reg_fence(sacc[i]);
@@ -201,57 +395,16 @@ __global__ void __launch_bounds__(256, 1) fa_bwd_sm90_kernel(const fa_cu_bwd pb,
         const bool full = n0 + BN <= s.sk &&
                           (p.window_left < 0 || n0 >= m0 + BQ - 1 + s.off - p.window_left) &&
                           (p.window_right < 0 || n0 + BN - 1 <= m0 + s.off + p.window_right);
-        if (full) {
-#pragma unroll
-            for (int nt = 0; nt < BQ / 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int c = nt * 8 + (lane % 4) * 2 + (e & 1);
-                    sacc[nt * 4 + e] = fa_exp2(fmaf(sacc[nt * 4 + e], sl2, -cL[c] * FA_LOG2E));
-                }
-        } else {
-#pragma unroll
-            for (int nt = 0; nt < BQ / 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int c = nt * 8 + (lane % 4) * 2 + (e & 1);
-                    const int j = n0 + krow + 8 * (e / 2), pos = m0 + c + s.off;
-                    const bool vis = j < s.sk && (p.window_left < 0 || j >= pos - p.window_left) &&
-                                     (p.window_right < 0 || j <= pos + p.window_right);
-                    sacc[nt * 4 + e] = vis ? fa_exp2(fmaf(sacc[nt * 4 + e], sl2, -cL[c] * FA_LOG2E)) : 0.f;
-                }
-        }
+        fa_b90_p<BQ>(p, s, sacc, cL, full, n0, krow, m0, sl2);
         fa_wgmma_wait<0>();
 #pragma unroll
         for (int i = 0; i < BQ / 2; i++) fa_reg_fence(pacc[i]);
         uint32_t pa[BQ / 16][4], ga[BQ / 16][4];
-#pragma unroll
-        for (int nt = 0; nt < BQ / 8; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int c = nt * 8 + (lane % 4) * 2 + (e & 1);
-                pacc[nt * 4 + e] = sacc[nt * 4 + e] * (pacc[nt * 4 + e] - cD[c]);
-            }
-#pragma unroll
-        for (int kk = 0; kk < BQ / 16; kk++)
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                pa[kk][q] = fa_pack2(sacc[8 * kk + 2 * q], sacc[8 * kk + 2 * q + 1], T());
-                ga[kk][q] = fa_pack2(pacc[8 * kk + 2 * q], pacc[8 * kk + 2 * q + 1], T());
-            }
+        fa_b90_ds_pack<T, BQ>(sacc, pacc, cD, pa, ga);
 
         /* dV_w += P^T dO and dK_w += dS^T Q over this warpgroup's NKV columns: B read N-major
            (rows = queries) */
-#pragma unroll
-        for (int i = 0; i < NKV / 2; i++) { fa_reg_fence(dka[i]); fa_reg_fence(dva[i]); }
-        fa_wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < BQ / 16; kk++)
-            fa_wgmma_rs<NKV>(dva, pa[kk], fa_gmma_desc(doaddr + (kvcol0 / 64) * (BQ * 128) + kk * 16 * 128, BQ * 128, 1024), 1, T());
-#pragma unroll
-        for (int kk = 0; kk < BQ / 16; kk++)
-            fa_wgmma_rs<NKV>(dka, ga[kk], fa_gmma_desc(qaddr + (kvcol0 / 64) * (BQ * 128) + kk * 16 * 128, BQ * 128, 1024), 1, T());
-        fa_wgmma_commit();
+        fa_b90_issue_dkdv<T, NKV, BQ>(dka, dva, pa, ga, qaddr, doaddr, kvcol0);
 
         /* dS [query][key] into shared memory, K-major for dQ = dS K: ga[kk][q] is the
            fragment of keys krow + 8 (q & 1) x queries 16 kk + 8 (q >> 1) + [0, 8), and the
@@ -269,16 +422,7 @@ __global__ void __launch_bounds__(256, 1) fa_bwd_sm90_kernel(const fa_cu_bwd pb,
            is handed to the reduce */
         float qacc2[2][DQR / 2];
         auto issue_dq = [&](int rd, float (&acc)[DQR / 2]) {
-            const int col0 = wg * DH + rd * DQR;
-#pragma unroll
-            for (int i = 0; i < DQR / 2; i++) fa_reg_fence(acc[i]);
-            fa_wgmma_fence();
-            const uint32_t kcol = kaddr + (col0 / 64) * (BN * 128) + (col0 % 64) * 2;
-#pragma unroll
-            for (int k = 0; k < BN / 16; k++)
-                fa_wgmma_sstb<DQR>(acc, fa_gmma_desc(dsaddr + (k >> 2) * (BQ * 128) + (k & 3) * 32, 16, 1024),
-                                   fa_gmma_desc(kcol + k * 16 * 128, BN * 128, 1024), k > 0, T());
-            fa_wgmma_commit();
+            fa_b90_issue_dq<T, DQR, BN, BQ>(acc, dsaddr, kaddr, wg * DH + rd * DQR);
         };
         issue_dq(0, qacc2[0]);
 #pragma unroll
@@ -307,79 +451,14 @@ __global__ void __launch_bounds__(256, 1) fa_bwd_sm90_kernel(const fa_cu_bwd pb,
                 fa_cp_async_wait<0>();
             }
 
-            /* 16 rows per warp: whole rows inside the sequence go through the staging boxes
-               and the tensor-map reduce (lane 0 issues them; the warp's boxes of the round
-               before must have been read first); otherwise per-element adds */
-            const int qrow0 = m0 + warp * 16;
-            if (dq_tma && qrow0 + 16 <= s.sq) {
-                if (lane == 0) fa_bulk_wait_read();
-                __syncwarp();
-#pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    const int row = lane / 4 + 8 * r;      /* row in the box; swizzle row % 8 = lane / 4 */
-#pragma unroll
-                    for (int nt = 0; nt < DQR / 8; nt++) {
-                        const int col = nt * 8 + (lane % 4) * 2;
-                        *reinterpret_cast<float2 *>(sdq + (col / 32) * C::XB + row * 128 + ((((col % 32) / 4) ^ (lane / 4)) << 4) +
-                                                    (col % 4) * 4) = make_float2(qacc[nt * 4 + 2 * r], qacc[nt * 4 + 2 * r + 1]);
-                    }
-                }
-                fa_fence_proxy_async();   /* the generic-proxy stores, seen by the tensor copies */
-                __syncwarp();
-                if (lane == 0) {
-                    const int grow = (int)lse_row(h, qrow0);
-#pragma unroll
-                    for (int x = 0; x < C::NBOX; x++) fa_tma_reduce_add_2d(&dq_map, sdq + x * C::XB, col0 + 32 * x, grow);
-                    fa_bulk_commit();
-                }
-            } else {
-#pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    const int i = qrow0 + lane / 4 + 8 * r;
-                    if (i >= s.sq) continue;
-                    float *dq = pb.dq_acc + lse_row(h, i) * p.dqk;
-#pragma unroll
-                    for (int nt = 0; nt < DQR / 8; nt++) {
-                        const int c = col0 + nt * 8 + (lane % 4) * 2;
-                        if (c < p.dqk) {
-                            atomicAdd(dq + c, qacc[nt * 4 + 2 * r]);
-                            atomicAdd(dq + c + 1, qacc[nt * 4 + 2 * r + 1]);
-                        }
-                    }
-                }
-            }
+            fa_b90_dq_out<DQR, C::XB>(pb, s, b, h, m0, col0, qacc, sdq, &dq_map, dq_tma);
         }
     }
     fa_cp_async_wait<0>();
     if (lane == 0) fa_bulk_wait();        /* the dQ adds are complete before the block exits */
 
     /* store dK (times scale) and dV once; keys no query sees get zeros */
-    const float scale = p.scale;
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int j = n0 + krow + 8 * r;
-        if (j >= s.sk) continue;
-        const int64_t ko = fa_dev_krow(p, s, b, j, hk, pb.dk_sb, pb.dk_ss, pb.dk_sh);
-        const int64_t vo = fa_dev_krow(p, s, b, j, hk, pb.dv_sb, pb.dv_ss, pb.dv_sh);
-#pragma unroll
-        for (int nt = 0; nt < NKV / 8; nt++) {
-            const int c = kvcol0 + nt * 8 + (lane % 4) * 2;
-            if (c < p.dqk) {
-                const float x0 = dka[nt * 4 + 2 * r] * scale, x1 = dka[nt * 4 + 2 * r + 1] * scale;
-                if (pb.dk_dtype == FA_CU_F32)
-                    *reinterpret_cast<float2 *>(reinterpret_cast<float *>(pb.dk) + ko + c) = make_float2(x0, x1);
-                else
-                    *reinterpret_cast<uint32_t *>(reinterpret_cast<T *>(pb.dk) + ko + c) = fa_pack2(x0, x1, T());
-            }
-            if (c < p.dv) {
-                const float x0 = dva[nt * 4 + 2 * r], x1 = dva[nt * 4 + 2 * r + 1];
-                if (pb.dv_dtype == FA_CU_F32)
-                    *reinterpret_cast<float2 *>(reinterpret_cast<float *>(pb.dv) + vo + c) = make_float2(x0, x1);
-                else
-                    *reinterpret_cast<uint32_t *>(reinterpret_cast<T *>(pb.dv) + vo + c) = fa_pack2(x0, x1, T());
-            }
-        }
-    }
+    fa_b90_store_dkdv<T, NKV>(pb, s, b, hk, n0, krow, kvcol0, dka, dva);
 #endif
 }
 

@@ -50,6 +50,9 @@ typedef struct {
     int force_ws;
     int sm90_vdesc;                  /* FA_SM90_VDESC: layout variant of V's descriptor (diagnostic) */
     int use_sm90_bwd;                /* the Hopper backward serves the lean set */
+    int use_bws;                     /* ... in its warp-specialized form (backward_sm90ws.cuh),
+                                        d64 and d128; FA_CUDA_BWD=ws only, until measured on a
+                                        GPU */
     int dq_atomic;                   /* FA_CUDA_DQ=atomic: ... adds dQ with atomics, not the tensor-map reduce */
     int tmap_tried;                  /* the driver's tensor-map encoder looked up (once) */
     void *tmap_encode;               /* cuTensorMapEncodeTiled, or NULL: dQ by atomics */
@@ -123,6 +126,8 @@ static fa_status cuda_init(fa_context *ctx)
     im->force_ws = im->use_ws && fk && !strcmp(fk, "ws");
     const char *fb = getenv("FA_CUDA_BWD");   /* FA_CUDA_BWD=sm80: the sm80 backward always */
     im->use_sm90_bwd = FA_SM90A && im->cc_major == 9 && im->cc_minor == 0 && !(fb && !strcmp(fb, "sm80"));
+    /* FA_CUDA_BWD=ws: the warp-specialized Hopper backward where it serves (d64, d128) */
+    im->use_bws = im->use_sm90_bwd && fb && !strcmp(fb, "ws");
     const char *dq = getenv("FA_CUDA_DQ");   /* FA_CUDA_DQ=atomic: the Hopper backward's dQ by atomics */
     im->dq_atomic = dq && !strcmp(dq, "atomic");
     const char *vd = getenv("FA_SM90_VDESC");
@@ -181,7 +186,11 @@ static void cuda_describe(const fa_context *ctx, char *buf, size_t len)
                    "backward on this chip: cuda/sm90 wgmma kernel for the lean set (no softcap, ALiBi, bias "
                    "or dropout): 2 warpgroups x 64 keys (d256: both on 64 keys, dK/dV columns split), query "
                    "tiles of 64 rows, the five products on wgmma, dQ added into an fp32 workspace by the "
-                   "tensor-map reduce\n");
+                   "tensor-map reduce%s\n",
+                   im->use_bws ? "; FA_CUDA_BWD=ws: d64 and d128 warp-specialized (a producer warp loads "
+                                 "K, V once and Q, dO by TMA into a ring of 3/2 stages with mbarriers, 2 consumer "
+                                 "warpgroups with 240 registers, dS double-buffered, one named barrier per query "
+                                 "tile)" : "");
     H->appendf(buf, len,
                "split-kv: when batch*heads*ceil(Sq/128) < %d SMs (decode), keys are split over up to "
                "%d blocks and merged by the combine kernel\n", im->sms, FA_CU_MAX_PARTS);
@@ -625,7 +634,7 @@ static fa_status cuda_forward(fa_context *ctx, const fa_problem *p)
 /* Can the backward kernels serve p? Fills the launch parameters (the forward's plan for
    q, k, v, out and the options, then dout, the gradients and the grid) and *path, the
    BWD_ kernel. */
-enum { BWD_SM80, BWD_SM90, BWD_F32 };
+enum { BWD_SM80, BWD_SM90, BWD_F32, BWD_SM90WS };
 static fa_status bwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_bwd *k, int *D, int64_t *blocks, int *path)
 {
     cuda_impl *im = IMPL(ctx);
@@ -670,13 +679,19 @@ static fa_status bwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_bwd *k, in
     k->dsinks = p->dsinks;
     k->max_sq = (int)p->max_sq;
     *path = f32 ? BWD_F32 : im->use_sm90_bwd && fa_bwd_lean(*k) && fa_bwd_sm90_smem(*D) <= im->smem_optin ? BWD_SM90 : BWD_SM80;
-    const int bn = *path == BWD_F32 ? FA_F32_BWD_BN : *path == BWD_SM90 ? fa_bwd_sm90_bn(*D) : 64;
+    if (*path == BWD_SM90 && im->use_bws && *D <= 128 && fa_bwd_ws_smem(*D) <= im->smem_optin) *path = BWD_SM90WS;
+    const int bn = *path == BWD_F32 ? FA_F32_BWD_BN : *path == BWD_SM90WS ? FA_BWD_WS_BN
+                   : *path == BWD_SM90 ? fa_bwd_sm90_bn(*D) : 64;
     k->n_blocks = (int)((p->max_sk + bn - 1) / bn);
     k->kv_tile = -1;
     *blocks = p->batch * p->hkv * k->n_blocks;
     if (f32)
         snprintf(im->qname, sizeof im->qname, "cuda/simt bwd fp32 d%d fp32 FMA %dx%d 256 threads%s", *D, FA_F32_BWD_BN,
                  fa_f32_bwd_bq(*D), p->deterministic ? " deterministic" : "");
+    else if (*path == BWD_SM90WS)
+        snprintf(im->qname, sizeof im->qname,
+                 "cuda/sm90 bwd %s d%d wgmma %dx%d tma warp-specialized 1 producer + 2 consumer warpgroups%s",
+                 dtname(p->q.dtype), *D, FA_BWD_WS_BN, FA_BWD_SM90_BQ, p->deterministic ? " deterministic" : "");
     else if (*path == BWD_SM90)
         snprintf(im->qname, sizeof im->qname, "cuda/sm90 bwd %s d%d wgmma %dx%d 2 warpgroups%s%s", dtname(p->q.dtype), *D,
                  fa_bwd_sm90_bn(*D), FA_BWD_SM90_BQ, *D > 128 ? " dK/dV columns split" : "",
@@ -720,9 +735,26 @@ static fa_status cuda_backward(fa_context *ctx, const fa_problem *p)
 #undef CKP
     cudaSetDevice(im->device);
     if (im->debug && (st = debug_check(ctx, p)) != FA_OK) return st;
+#if FA_SM90A
+    CUtensorMap maps[4];
+    if (path == BWD_SM90WS) {
+        const int vl = p->layout == FA_LAYOUT_VARLEN;
+        if (!qkv_tensor_map(im, &maps[0], &p->q, p->dqk, vl, FA_BWD_SM90_BQ) ||
+            !qkv_tensor_map(im, &maps[1], &p->k, p->dqk, vl, FA_BWD_WS_BN) ||
+            !qkv_tensor_map(im, &maps[2], &p->v, p->dv, vl, FA_BWD_WS_BN) ||
+            !qkv_tensor_map(im, &maps[3], &p->dout, p->dv, vl, FA_BWD_SM90_BQ)) {
+            H->verbose(ctx, "cuda: the driver could not encode the tensor maps of q/k/v/dout: the first sm90 backward instead");
+            path = BWD_SM90;
+            snprintf(im->qname, sizeof im->qname, "cuda/sm90 bwd %s d%d wgmma %dx%d 2 warpgroups (no tensor maps)%s",
+                     dtname(p->q.dtype), D, fa_bwd_sm90_bn(D), FA_BWD_SM90_BQ, p->deterministic ? " deterministic" : "");
+        }
+    }
+#endif
     H->verbose(ctx, "cuda: backward %s (%lld blocks of %d threads, %d B shared memory)", im->qname,
-               (long long)blocks, path == BWD_F32 ? FA_F32_NT : path == BWD_SM90 || D > 64 ? 256 : 128,
-               path == BWD_F32 ? fa_f32_bwd_smem(D) : path == BWD_SM90 ? fa_bwd_sm90_smem(D) : fa_bwd_smem(D));
+               (long long)blocks,
+               path == BWD_F32 ? FA_F32_NT : path == BWD_SM90WS ? FA_BWD_WS_NT : path == BWD_SM90 || D > 64 ? 256 : 128,
+               path == BWD_F32 ? fa_f32_bwd_smem(D) : path == BWD_SM90WS ? fa_bwd_ws_smem(D)
+               : path == BWD_SM90 ? fa_bwd_sm90_smem(D) : fa_bwd_smem(D));
     if (p->batch == 0 || p->hq == 0) return FA_OK;
     /* fp32 workspace: D_i and dQ, rows in the lse layout */
     const int64_t rows = p->layout == FA_LAYOUT_VARLEN ? p->hq * p->q.shape[1] : p->batch * p->hq * p->q.shape[1];
@@ -741,8 +773,9 @@ static fa_status cuda_backward(fa_context *ctx, const fa_problem *p)
     const int64_t lb = p->deterministic ? p->batch * p->hkv : blocks;
 #if FA_SM90A
     CUtensorMap dqm;
-    const void *dq_map = path == BWD_SM90 && dq_tensor_map(im, &dqm, k.dq_acc, rows, p->dqk) ? &dqm : NULL;
-    if (path == BWD_SM90) H->verbose(ctx, "cuda: dQ added by %s", dq_map ? "the tensor-map reduce" : "atomics (no tensor map)");
+    const int sm90 = path == BWD_SM90 || path == BWD_SM90WS;
+    const void *dq_map = sm90 && dq_tensor_map(im, &dqm, k.dq_acc, rows, p->dqk) ? &dqm : NULL;
+    if (sm90) H->verbose(ctx, "cuda: dQ added by %s", dq_map ? "the tensor-map reduce" : "atomics (no tensor map)");
 #endif
     for (int t = 0; t < nl && e == cudaSuccess && lb > 0; t++) {
         k.kv_tile = p->deterministic ? t : -1;
@@ -752,6 +785,13 @@ static fa_status cuda_backward(fa_context *ctx, const fa_problem *p)
             continue;
         }
 #if FA_SM90A
+        if (path == BWD_SM90WS) {
+            if (D == 64)
+                e = bf ? fa_bwd_ws_launch<__nv_bfloat16, 64>(k, lb, im->stream, maps, dq_map) : fa_bwd_ws_launch<__half, 64>(k, lb, im->stream, maps, dq_map);
+            else
+                e = bf ? fa_bwd_ws_launch<__nv_bfloat16, 128>(k, lb, im->stream, maps, dq_map) : fa_bwd_ws_launch<__half, 128>(k, lb, im->stream, maps, dq_map);
+            continue;
+        }
         if (path == BWD_SM90) {
             if (D == 64)
                 e = bf ? fa_bwd_sm90_launch<__nv_bfloat16, 64>(k, lb, im->stream, dq_map) : fa_bwd_sm90_launch<__half, 64>(k, lb, im->stream, dq_map);

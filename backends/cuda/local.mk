@@ -5,7 +5,7 @@
 # the driver (libcuda.so) at run time.
 # Compile cost, per arch in NVCC_GENCODE: 12 forward (fast and general) and 12 backward (lean
 # and general) kernels (fp16/bf16 x head-dim classes 64/128/256), plus the 12 Hopper forward (first and warp-specialized)
-# and 6 Hopper backward kernels for sm_90a alone, the 6 fp32 FMA kernels (simt_f32_*.cu) and the 2 3xTF32 forward kernels (tf32x3_fwd.cu); one file per class, kernel and direction so that make -j2
+# and 10 Hopper backward kernels (first and warp-specialized) for sm_90a alone, the 6 fp32 FMA kernels (simt_f32_*.cu) and the 2 3xTF32 forward kernels (tf32x3_fwd.cu); one file per class, kernel and direction so that make -j2
 # compiles two at once.
 FA_CUDA_SRC = backends/cuda/cuda.cu backends/cuda/combine.cu backends/cuda/backward_aux.cu \
 	backends/cuda/forward_fast_d256.cu backends/cuda/forward_fast_d128.cu backends/cuda/forward_fast_d64.cu \
@@ -16,8 +16,9 @@ FA_CUDA_SRC = backends/cuda/cuda.cu backends/cuda/combine.cu backends/cuda/backw
 # The Hopper forward: compiled for sm_90a only (NVCC_SM90A_FLAGS, from configure).
 FA_CUDA_SM90_SRC = backends/cuda/forward_sm90_d256.cu backends/cuda/forward_sm90_d128.cu backends/cuda/forward_sm90_d64.cu \
 	backends/cuda/forward_sm90ws_d256.cu backends/cuda/forward_sm90ws_d128.cu backends/cuda/forward_sm90ws_d64.cu \
-	backends/cuda/backward_sm90_d256.cu backends/cuda/backward_sm90_d128.cu backends/cuda/backward_sm90_d64.cu
-FA_CUDA_HDR = backends/cuda/forward_sm90ws.cuh backends/cuda/simt_f32.cuh backends/cuda/tf32x3_fwd.cuh backends/cuda/backward_sm90.cuh backends/cuda/forward_sm90.cuh backends/cuda/wgmma_ops.cuh backends/cuda/common.cuh backends/cuda/forward_sm80.cuh backends/cuda/forward_fast.cuh backends/cuda/backward_sm80.cuh \
+	backends/cuda/backward_sm90_d256.cu backends/cuda/backward_sm90_d128.cu backends/cuda/backward_sm90_d64.cu \
+	backends/cuda/backward_sm90ws_d128.cu backends/cuda/backward_sm90ws_d64.cu
+FA_CUDA_HDR = backends/cuda/backward_sm90ws.cuh backends/cuda/forward_sm90ws.cuh backends/cuda/simt_f32.cuh backends/cuda/tf32x3_fwd.cuh backends/cuda/backward_sm90.cuh backends/cuda/forward_sm90.cuh backends/cuda/wgmma_ops.cuh backends/cuda/common.cuh backends/cuda/forward_sm80.cuh backends/cuda/forward_fast.cuh backends/cuda/backward_sm80.cuh \
 	backends/cuda/kernels.h backends/cuda/params.h
 EXTRA_DIST += $(FA_CUDA_SRC) $(FA_CUDA_SM90_SRC) $(FA_CUDA_HDR) backends/cuda/gen_wgmma.py backends/cuda/nvcc-lt.sh backends/cuda/NEEDS.md \
 	tests/cuda/test_cuda.c bench/gpu/bench_gpu.c bench/gpu/run-on-gpu.sh bench/gpu/README.md \
@@ -41,6 +42,10 @@ backends_cuda_flashattn_cuda_la_LINK = $(LIBTOOL) $(AM_V_lt) --tag=CC $(AM_LIBTO
 	$(LIBTOOLFLAGS) --mode=link $(CC) $(AM_CFLAGS) $(CFLAGS) \
 	$(backends_cuda_flashattn_cuda_la_LDFLAGS) $(LDFLAGS) -o $@
 # No automatic dependency tracking for .cu: every object depends on every CUDA header.
+backends/cuda/backward_sm90ws_d128.lo: backends/cuda/backward_sm90ws_d128.cu
+	$(AM_V_CC)$(FA_NVCC_LT) $(NVCC_SM90A_FLAGS) $(FA_NVCCFLAGS_COMMON) -c -o $@ `test -f 'backends/cuda/backward_sm90ws_d128.cu' || echo '$(srcdir)/'`backends/cuda/backward_sm90ws_d128.cu
+backends/cuda/backward_sm90ws_d64.lo: backends/cuda/backward_sm90ws_d64.cu
+	$(AM_V_CC)$(FA_NVCC_LT) $(NVCC_SM90A_FLAGS) $(FA_NVCCFLAGS_COMMON) -c -o $@ `test -f 'backends/cuda/backward_sm90ws_d64.cu' || echo '$(srcdir)/'`backends/cuda/backward_sm90ws_d64.cu
 backends/cuda/backward_sm90_d256.lo: backends/cuda/backward_sm90_d256.cu
 	$(AM_V_CC)$(FA_NVCC_LT) $(NVCC_SM90A_FLAGS) $(FA_NVCCFLAGS_COMMON) -c -o $@ `test -f 'backends/cuda/backward_sm90_d256.cu' || echo '$(srcdir)/'`backends/cuda/backward_sm90_d256.cu
 backends/cuda/backward_sm90_d128.lo: backends/cuda/backward_sm90_d128.cu

@@ -644,6 +644,17 @@ static void run_status_checks(void)
     st = fa_query_backward(cu, &kn, &tq, &tq, &tq, NULL, &tq, &tq, &tq, &tq, &tq, lse, NULL);
     printf("query_backward: %s -> %s\n", fa_status_string(st), st == FA_OK ? kn : fa_last_error(cu));
     result("query_backward names a kernel", st == FA_OK && kn && strstr(kn, "cuda/"), "");
+    {   /* FA_CUDA_BWD=ws on compute capability 9.0: the d64 lean backward is the
+           warp-specialized kernel (a run under that setting tests that kernel, not another) */
+        const char *fb = getenv("FA_CUDA_BWD");
+        int dev = 0, maj = 0, mnr = 0;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&maj, cudaDevAttrComputeCapabilityMajor, dev);
+        cudaDeviceGetAttribute(&mnr, cudaDevAttrComputeCapabilityMinor, dev);
+        if (fb && !strcmp(fb, "ws") && maj == 9 && mnr == 0)
+            result("FA_CUDA_BWD=ws: query_backward names the warp-specialized backward",
+                   st == FA_OK && kn && strstr(kn, "warp-specialized"), "%s", st == FA_OK ? kn : "");
+    }
     st = fa_query_backward(cu, &kn, &d59, &d59, &d59, NULL, &o59, &d59, &d59, &d59, &o59, lse, NULL);
     printf("backward bf16 d59: %s: %s\n", fa_status_string(st), fa_last_error(cu));
     result("backward bf16 d=59 -> UNSUPPORTED with a reason", st == FA_ERR_UNSUPPORTED, "");

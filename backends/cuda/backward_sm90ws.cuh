@@ -1,0 +1,296 @@
+/* backward_sm90ws.cuh - the warp-specialized Hopper backward (sm_90a): Q, dO by TMA from a
+ * producer warp into a ring of stages, the five products on wgmma in two consumer
+ * warpgroups, mbarriers and one named barrier per query tile instead of block barriers,
+ * register reallocation. Head-dim classes 64 and 128, the lean feature set (masks, GQA,
+ * varlen, sinks through backward_aux.cu, deterministic mode), dense and varlen layouts.
+ *
+ * A block is 128 keys of one (sequence, KV head) and 3 warpgroups (384 threads):
+ *   - warpgroup 0 gives registers back (setmaxnreg.dec); its first warp is the producer,
+ *     the other three exit. It loads K and V once (by TMA, or, for the partial last KV tile
+ *     of a varlen sequence, by cp.async with zero fill: the rows after it belong to the next
+ *     sequence), then walks the block's query tiles (64 rows of one query head of the group)
+ *     in the consumers' order: Q and dO by TMA into stage it % ST (the dense layout's rows
+ *     past the sequence are outside the tensor map and come as zeros; a varlen tail tile is
+ *     copied with zero fill), lse and D rows stored by its lanes (zeros past the sequence).
+ *     Each of the 32 lanes arrives on the stage's full barrier after its own writes; lane 0's
+ *     arrival also announces the TMA bytes.
+ *   - warpgroups 1 and 2 take registers (setmaxnreg.inc) and own keys 0-63 and 64-127 of the
+ *     block; per query tile, with the products of backward_sm90.cuh:
+ *       S^T = K_w Q^T and dP^T = V_w dO^T; P^T computed while dP^T is on the tensor cores;
+ *       dS^T = P^T (dP^T - D); dV_w += P^T dO and dK_w += dS^T Q (A from registers), and
+ *       the previous tile's dQ (both warpgroups' dS, K) issued behind them; dS^T stored
+ *       transposed into dS buffer it % 2 while those run; the stage released (one arrival
+ *       per warp) once dV and dK are complete; the previous tile's dQ handed to the
+ *       tensor-map reduce through the staging boxes; a named barrier over the 256 consumer
+ *       threads makes both halves of dS(it) visible.
+ *     dS is double-buffered: dS(it) is written after the barrier of tile it-1, which both
+ *     warpgroups pass only after the dQ(it-2) that read the same buffer has completed. No
+ *     wgmma is in flight across the loop's back edge (ptxas would serialize them all), and
+ *     no more accumulators are live at once than dK, dV and one of S^T/dP^T or dQ (the
+ *     240 registers of a consumer hold no more: dQ issued next to S^T and dP^T spilled);
+ *     the last tile's dQ is issued after the loop.
+ * Stage barriers flip phase at each use: use u of stage st waits for parity (u / ST) & 1;
+ * the producer and the consumers walk the same tiles in the same order.
+ * dK (times scale) and dV are stored once at the end; deterministic=1 keeps one launch per
+ * KV tile (each dQ element gets one add per launch), as the first Hopper backward.
+ */
+#ifndef FA_CUDA_BACKWARD_SM90WS_CUH
+#define FA_CUDA_BACKWARD_SM90WS_CUH
+
+#include "backward_sm90.cuh"
+#include "forward_sm90ws.cuh"
+
+#define FA_BWS_PRODUCER_REGS 24
+#define FA_BWS_CONSUMER_REGS 240   /* 128 x 24 + 256 x 240 <= 65536 */
+
+template <int D> struct fa_bws_cfg {
+    static constexpr int BN = FA_BWD_WS_BN, BQ = FA_BWD_SM90_BQ, ST = fa_bwd_ws_stages(D), NT = FA_BWD_WS_NT;
+    static constexpr int KB = BN * D * 2, QB = BQ * D * 2, SB = BQ * BN * 2;
+    static constexpr int XB = FA_BWD_SM90_DQ_BOX_ROWS * FA_BWD_SM90_DQ_BOX_COLS * 4;
+    static constexpr int DH = D / 2, NBOX = DH / FA_BWD_SM90_DQ_BOX_COLS;   /* dQ columns per warpgroup, boxes per warp */
+    /* byte offsets: the swizzled tiles and the staging boxes (1 KiB multiples) first */
+    static constexpr int OK = 0, OV = KB, OQ = 2 * KB, ODO = OQ + ST * QB, ODS = ODO + ST * QB, ODQ = ODS + 2 * SB;
+    static constexpr int OL = ODQ + 8 * NBOX * XB, ODD = OL + ST * BQ * 4, OBAR = ODD + ST * BQ * 4;
+    static constexpr int SMEM = fa_bwd_ws_smem(D);
+    static_assert(SMEM == OBAR + 8 * (1 + 2 * ST) + 1024, "kernels.h and the kernel disagree on the shared memory");
+    static_assert(D == 64 || D == 128, "head-dim classes 64 and 128");
+    static_assert(KB % 1024 == 0 && QB % 1024 == 0 && SB % 1024 == 0 && XB % 1024 == 0, "swizzled tiles 1 KiB aligned");
+};
+
+template <bool B> struct fa_bool { static constexpr bool value = B; };
+__device__ __forceinline__ void fa_named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+
+template <typename T, int D>
+__global__ void __launch_bounds__(384, 1)
+    fa_bwd_ws_kernel(const fa_cu_bwd pb, const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                     const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
+                     const __grid_constant__ CUtensorMap dq_map, const int dq_tma)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    typedef fa_bws_cfg<D> C;
+    constexpr int BN = C::BN, BQ = C::BQ, ST = C::ST, DH = C::DH;
+    const fa_cu_fwd &p = pb.f;
+    extern __shared__ __align__(1024) unsigned char fa_smem_raw[];
+    unsigned char *smem = fa_align1024(fa_smem_raw);
+    unsigned char *sK = smem + C::OK, *sV = smem + C::OV, *sQ = smem + C::OQ, *sdO = smem + C::ODO;
+    unsigned char *sDQ = smem + C::ODQ;
+    float *sL = reinterpret_cast<float *>(smem + C::OL), *sDs = reinterpret_cast<float *>(smem + C::ODD);
+    const uint32_t bars = fa_smem_u32(smem + C::OBAR);
+    const uint32_t full_kv = bars;
+    auto full_q = [&](int st) { return bars + 8 + 8 * st; };
+    auto empty_q = [&](int st) { return bars + 8 + 8 * (ST + st); };
+    constexpr int CONSUMER_WARPS = 8;
+
+    /* the block: as the first Hopper backward */
+    int64_t bid = blockIdx.x;
+    int nb;
+    if (pb.kv_tile >= 0) nb = pb.kv_tile;
+    else { nb = (int)(bid % pb.n_blocks); bid /= pb.n_blocks; }
+    const int hk = (int)(bid % p.hkv);
+    const int b = (int)(bid / p.hkv);
+    const fa_dseq s = fa_dev_seq(p, b);
+    const int n0 = nb * BN;
+    if (n0 >= s.sk) return;
+    const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+    const int G = p.group;
+    const int nlast = min(n0 + BN, s.sk) - 1;
+    int ilo = 0, ihi = s.sq;
+    if (p.window_right >= 0) ilo = max(0, n0 - s.off - p.window_right);
+    if (p.window_left >= 0) ihi = min(s.sq, nlast - s.off + p.window_left + 1);
+    const int mt_lo = ilo / BQ, mt_hi = ihi > ilo ? (ihi + BQ - 1) / BQ : mt_lo;
+    const int nq = mt_hi - mt_lo, iters = nq * G;
+
+    if (threadIdx.x == 0) {
+        fa_mbar_init(full_kv, 32);
+        for (int st = 0; st < ST; st++) {
+            fa_mbar_init(full_q(st), 32);
+            fa_mbar_init(empty_q(st), CONSUMER_WARPS);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        /* ---- the producer ---- */
+        fa_setmaxnreg_dec<FA_BWS_PRODUCER_REGS>();
+        if (warp != 0 || iters == 0) return;
+        /* rows [0, nval) x columns [0, ncols) of an R-row tile by the 32 lanes' cp.async, the
+           rest zero; each lane waits for its own copies and orders them before the tensor
+           cores' reads (its arrival follows) */
+        auto copy_rows = [&](unsigned char *dst, const T *row0, int64_t rstride, int nval, int ncols, int R) {
+            constexpr int CPR = D / 8;
+            for (int c = lane; c < R * CPR; c += 32) {
+                const int r = c / CPR, ch = c % CPR;
+                const bool ok = r < nval && ch * 8 < ncols;
+                const uint32_t off = (uint32_t)((ch >> 3) * (R * 128) + r * 128 + (((ch & 7) ^ (r & 7)) << 4));
+                fa_cp_async16(dst + off, ok ? row0 + (int64_t)r * rstride + ch * 8 : row0, ok ? 16 : 0);
+            }
+        };
+        auto copies_done = [&]() {
+            fa_cp_async_commit();
+            fa_cp_async_wait<0>();
+            fa_fence_proxy_async();
+        };
+        const bool dense = p.layout == FA_CU_DENSE;
+        const int nval = min(BN, s.sk - n0);
+        if (nval == BN || dense) {
+            if (lane == 0) {
+                fa_mbar_expect_tx(full_kv, 2 * C::KB);
+#pragma unroll
+                for (int c = 0; c < D / 64; c++) {
+                    fa_tma_load_4d(fa_smem_u32(sK + c * BN * 128), &tm_k, full_kv, c * 64, (int)s.k0 + n0, hk, (int)s.tb);
+                    fa_tma_load_4d(fa_smem_u32(sV + c * BN * 128), &tm_v, full_kv, c * 64, (int)s.k0 + n0, hk, (int)s.tb);
+                }
+            } else {
+                fa_mbar_arrive(full_kv);
+            }
+        } else {
+            const int64_t kr = s.tb * p.k_sb + (s.k0 + n0) * p.k_ss + (int64_t)hk * p.k_sh;
+            const int64_t vr = s.tb * p.v_sb + (s.k0 + n0) * p.v_ss + (int64_t)hk * p.v_sh;
+            copy_rows(sK, reinterpret_cast<const T *>(p.k) + kr, p.k_ss, nval, p.dqk, BN);
+            copy_rows(sV, reinterpret_cast<const T *>(p.v) + vr, p.v_ss, nval, p.dv, BN);
+            copies_done();
+            fa_mbar_arrive(full_kv);
+        }
+        for (int it = 0; it < iters; it++) {
+            const int st = it % ST;
+            fa_mbar_wait(empty_q(st), ((it / ST) & 1) ^ 1);
+            const int h = hk * G + it / nq, m0 = (mt_lo + it % nq) * BQ;
+            /* lse and D rows (zeros past the sequence: such rows have zero Q and dO rows, so
+               P = 1, dP = 0, dS = 0 and they add nothing) */
+#pragma unroll
+            for (int r = lane; r < BQ; r += 32) {
+                const int i = m0 + r;
+                const bool ok = i < s.sq;
+                const int64_t li = ok ? fa_b90_lse_row(p, s, b, h, i) : 0;
+                sL[st * BQ + r] = ok ? p.lse[li] : 0.f;
+                sDs[st * BQ + r] = ok ? pb.dsum[li] : 0.f;
+            }
+            if (s.sq - m0 >= BQ || dense) {
+                if (lane == 0) {
+                    fa_mbar_expect_tx(full_q(st), 2 * C::QB);
+#pragma unroll
+                    for (int c = 0; c < D / 64; c++) {
+                        fa_tma_load_4d(fa_smem_u32(sQ + st * C::QB + c * BQ * 128), &tm_q, full_q(st), c * 64, (int)s.q0 + m0, h, (int)s.tb);
+                        fa_tma_load_4d(fa_smem_u32(sdO + st * C::QB + c * BQ * 128), &tm_do, full_q(st), c * 64, (int)s.q0 + m0, h, (int)s.tb);
+                    }
+                } else {
+                    fa_mbar_arrive(full_q(st));
+                }
+            } else {
+                const T *qb = reinterpret_cast<const T *>(p.q) + s.tb * p.q_sb + (s.q0 + m0) * p.q_ss + (int64_t)h * p.q_sh;
+                const T *ob = reinterpret_cast<const T *>(pb.dout) + s.tb * pb.do_sb + (s.q0 + m0) * pb.do_ss + (int64_t)h * pb.do_sh;
+                copy_rows(sQ + st * C::QB, qb, p.q_ss, s.sq - m0, p.dqk, BQ);
+                copy_rows(sdO + st * C::QB, ob, pb.do_ss, s.sq - m0, p.dv, BQ);
+                copies_done();
+                fa_mbar_arrive(full_q(st));
+            }
+        }
+        return;
+    }
+
+    /* ---- the consumers: warpgroup cw owns keys cw * 64 .. cw * 64 + 63 of the block ---- */
+    fa_setmaxnreg_inc<FA_BWS_CONSUMER_REGS>();
+    const int cw = wg - 1, kw = cw * 64;
+    const int krow = kw + warp * 16 + lane / 4;           /* this thread's first key row in the block */
+    const float sl2 = p.scale * FA_LOG2E;
+    const uint32_t kaddr = fa_smem_u32(sK), vaddr = fa_smem_u32(sV), dsaddr = fa_smem_u32(smem + C::ODS);
+    /* stmatrix: lane 8 mi + j addresses query row j of matrix mi (keys +8 for odd mi,
+       queries +8 for mi >= 2); the swizzle chunk depends on the lane only */
+    const int st_key = kw + warp * 16 + 8 * ((lane / 8) & 1), st_q = 8 * (lane / 16) + lane % 8;
+    const uint32_t st_off = (uint32_t)((st_key >> 6) * (BQ * 128) + st_q * 128 + ((((st_key & 63) >> 3) ^ (st_q & 7)) << 4));
+    unsigned char *sdq = sDQ + (cw * 4 + warp) * C::NBOX * C::XB;   /* this warp's staging boxes */
+
+    float dka[D / 2], dva[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) dka[i] = dva[i] = 0.f;
+    if (iters > 0) {
+        fa_mbar_wait(full_kv, 0);
+        /* one query tile; FIRST: tile 0, which has no previous dQ. The first tile is a
+           separate instance of the body: a wgmma issued or waited for under a branch makes
+           ptxas serialize every wgmma of the kernel. */
+        auto tile = [&](auto first, int it) {
+            constexpr bool FIRST = decltype(first)::value;
+            const int st = it % ST;
+            const int m0 = (mt_lo + it % nq) * BQ;
+            const uint32_t qaddr = fa_smem_u32(sQ + st * C::QB), doaddr = fa_smem_u32(sdO + st * C::QB);
+            const float *cL = sL + st * BQ, *cD = sDs + st * BQ;
+            fa_mbar_wait(full_q(st), (it / ST) & 1);
+            float sacc[BQ / 2], pacc[BQ / 2];
+            fa_b90_issue_sdp<T, D, BN, BQ>(sacc, pacc, kaddr, vaddr, qaddr, doaddr, kw);
+            fa_wgmma_wait<1>();           /* S^T */
+#pragma unroll
+            for (int i = 0; i < BQ / 2; i++) fa_reg_fence(sacc[i]);
+            const bool full = n0 + BN <= s.sk &&
+                              (p.window_left < 0 || n0 >= m0 + BQ - 1 + s.off - p.window_left) &&
+                              (p.window_right < 0 || n0 + BN - 1 <= m0 + s.off + p.window_right);
+            fa_b90_p<BQ>(p, s, sacc, cL, full, n0, krow, m0, sl2);
+            fa_wgmma_wait<0>();           /* dP^T */
+#pragma unroll
+            for (int i = 0; i < BQ / 2; i++) fa_reg_fence(pacc[i]);
+            uint32_t pa[BQ / 16][4], ga[BQ / 16][4];
+            fa_b90_ds_pack<T, BQ>(sacc, pacc, cD, pa, ga);
+            fa_b90_issue_dkdv<T, D, BQ>(dka, dva, pa, ga, qaddr, doaddr, 0);
+            /* dQ of the previous tile: both halves of its dS are in buffer (it - 1) % 2 */
+            float qacc[DH / 2];
+            if constexpr (!FIRST) fa_b90_issue_dq<T, DH, BN, BQ>(qacc, dsaddr + ((it - 1) & 1) * C::SB, kaddr, cw * DH);
+            /* dS [query][key] into buffer it % 2 (K-major for dQ = dS K), while those run */
+            const uint32_t st_addr = dsaddr + (it & 1) * C::SB + st_off;
+#pragma unroll
+            for (int kk = 0; kk < BQ / 16; kk++)
+                fa_stmatrix_x4_trans(st_addr + kk * 16 * 128, ga[kk][0], ga[kk][1], ga[kk][2], ga[kk][3]);
+            fa_fence_proxy_async();
+            fa_wgmma_wait<FIRST ? 0 : 1>();   /* dV, dK: stage st no longer read */
+#pragma unroll
+            for (int i = 0; i < D / 2; i++) { fa_reg_fence(dka[i]); fa_reg_fence(dva[i]); }
+#pragma unroll
+            for (int kk = 0; kk < BQ / 16; kk++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) { fa_reg_fence_u(pa[kk][q]); fa_reg_fence_u(ga[kk][q]); }
+            if (lane == 0) fa_mbar_arrive(empty_q(st));
+            if constexpr (!FIRST) {
+                fa_wgmma_wait<0>();
+#pragma unroll
+                for (int i = 0; i < DH / 2; i++) fa_reg_fence(qacc[i]);
+                const int itp = it - 1;
+                fa_b90_dq_out<DH, C::XB>(pb, s, b, hk * G + itp / nq, (mt_lo + itp % nq) * BQ, cw * DH, qacc, sdq, &dq_map, dq_tma);
+            }
+            fa_named_sync(1, 256);        /* both halves of dS(it) in shared memory */
+        };
+        tile(fa_bool<true>(), 0);
+        for (int it = 1; it < iters; it++) tile(fa_bool<false>(), it);
+        /* the last tile's dQ */
+        const int itl = iters - 1, h_prev = hk * G + itl / nq, m0_prev = (mt_lo + itl % nq) * BQ;
+        float qacc[DH / 2];
+        fa_b90_issue_dq<T, DH, BN, BQ>(qacc, dsaddr + ((iters - 1) & 1) * C::SB, kaddr, cw * DH);
+        fa_wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < DH / 2; i++) fa_reg_fence(qacc[i]);
+        fa_b90_dq_out<DH, C::XB>(pb, s, b, h_prev, m0_prev, cw * DH, qacc, sdq, &dq_map, dq_tma);
+        if (lane == 0) fa_bulk_wait();    /* the dQ adds are complete before the block exits */
+    }
+    /* dK (times scale) and dV once; keys no query sees get zeros */
+    fa_b90_store_dkdv<T, D>(pb, s, b, hk, n0, krow, 0, dka, dva);
+#endif
+}
+
+/* maps: the CUtensorMaps of q, k, v and dout (cuda.cu); dq_map: as for fa_bwd_sm90_launch. */
+template <typename T, int D>
+cudaError_t fa_bwd_ws_launch(const fa_cu_bwd &p, int64_t blocks, cudaStream_t st, const void *maps, const void *dq_map)
+{
+    typedef fa_bws_cfg<D> C;
+    cudaError_t e = cudaFuncSetAttribute(fa_bwd_ws_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
+    if (e != cudaSuccess) return e;
+    CUtensorMap m[4], dqm;
+    memcpy(m, maps, sizeof m);
+    if (dq_map) memcpy(&dqm, dq_map, sizeof dqm);
+    else memset(&dqm, 0, sizeof dqm);
+    fa_bwd_ws_kernel<T, D><<<(unsigned)blocks, C::NT, C::SMEM, st>>>(p, m[0], m[1], m[2], m[3], dqm, dq_map != NULL);
+    return cudaGetLastError();
+}
+
+#define FA_BWD_WS_INSTANTIATE(D) \
+    template cudaError_t fa_bwd_ws_launch<__half, D>(const fa_cu_bwd &, int64_t, cudaStream_t, const void *, const void *); \
+    template cudaError_t fa_bwd_ws_launch<__nv_bfloat16, D>(const fa_cu_bwd &, int64_t, cudaStream_t, const void *, const void *);
+
+#endif /* FA_CUDA_BACKWARD_SM90WS_CUH */
