@@ -17,10 +17,10 @@
  *   - warpgroups 1 and 2 take registers (setmaxnreg.inc) and own keys 0-63 and 64-127 of the
  *     block; per query tile, with the products of backward_sm90.cuh:
  *       S^T = K_w Q^T and dP^T = V_w dO^T; P^T computed while dP^T is on the tensor cores;
- *       dS^T = P^T (dP^T - D); dV_w += P^T dO and dK_w += dS^T Q (A from registers), and
- *       the previous tile's dQ (both warpgroups' dS, K) issued behind them; dS^T stored
- *       transposed into dS buffer it % 2 while those run; the stage released (one arrival
- *       per warp) once dV and dK are complete; the previous tile's dQ handed to the
+ *       dS^T = P^T (dP^T - D), stored transposed into dS buffer it % 2; dV_w += P^T dO
+ *       and dK_w += dS^T Q (A from registers), and the previous tile's dQ (both
+ *       warpgroups' dS, K) issued behind them; the stage released (one arrival per warp)
+ *       once dV and dK are complete; the previous tile's dQ handed to the
  *       tensor-map reduce through the staging boxes; a named barrier over the 256 consumer
  *       threads makes both halves of dS(it) visible.
  *     dS is double-buffered: dS(it) is written after the barrier of tile it-1, which both
@@ -29,7 +29,8 @@
  *     no more accumulators are live at once than dK, dV and one of S^T/dP^T or dQ (the
  *     240 registers of a consumer hold no more: dQ issued next to S^T and dP^T spilled);
  *     the last tile's dQ is issued after the loop.
- * Stage barriers flip phase at each use: use u of stage st waits for parity (u / ST) & 1;
+ * Stage barriers flip phase at each use: query tile it (the tile's index, not the stage's
+ * use count) waits for parity (it / ST) & 1 on stage it % ST;
  * the producer and the consumers walk the same tiles in the same order.
  * dK (times scale) and dV are stored once at the end; deterministic=1 keeps one launch per
  * KV tile (each dQ element gets one add per launch), as the first Hopper backward.
@@ -41,7 +42,12 @@
 #include "forward_sm90ws.cuh"
 
 #define FA_BWS_PRODUCER_REGS 24
-#define FA_BWS_CONSUMER_REGS 240   /* 128 x 24 + 256 x 240 <= 65536 */
+#define FA_BWS_CONSUMER_REGS 240
+/* The launch gives every thread 168 registers (ptxas under __launch_bounds__(384, 1)):
+   384 x 168 = 64512 is the pool the warpgroups trade. A consumer's setmaxnreg.inc retries
+   until the pool has its registers, so more than the pool would hang the block. */
+static_assert(128 * FA_BWS_PRODUCER_REGS + 256 * FA_BWS_CONSUMER_REGS <= 384 * 168,
+              "the producer and consumer register counts must fit the launch's 384 x 168");
 
 template <int D> struct fa_bws_cfg {
     static constexpr int BN = FA_BWD_WS_BN, BQ = FA_BWD_SM90_BQ, ST = fa_bwd_ws_stages(D), NT = FA_BWD_WS_NT;
@@ -230,16 +236,18 @@ __global__ void __launch_bounds__(384, 1)
             for (int i = 0; i < BQ / 2; i++) fa_reg_fence(pacc[i]);
             uint32_t pa[BQ / 16][4], ga[BQ / 16][4];
             fa_b90_ds_pack<T, BQ>(sacc, pacc, cD, pa, ga);
-            fa_b90_issue_dkdv<T, D, BQ>(dka, dva, pa, ga, qaddr, doaddr, 0);
-            /* dQ of the previous tile: both halves of its dS are in buffer (it - 1) % 2 */
-            float qacc[DH / 2];
-            if constexpr (!FIRST) fa_b90_issue_dq<T, DH, BN, BQ>(qacc, dsaddr + ((it - 1) & 1) * C::SB, kaddr, cw * DH);
-            /* dS [query][key] into buffer it % 2 (K-major for dQ = dS K), while those run */
+            /* dS [query][key] into buffer it % 2 (K-major for dQ = dS K); stored before dK's
+               wgmma takes ga as its A operand (PTX leaves reading those registers while the
+               wgmma runs undefined) */
             const uint32_t st_addr = dsaddr + (it & 1) * C::SB + st_off;
 #pragma unroll
             for (int kk = 0; kk < BQ / 16; kk++)
                 fa_stmatrix_x4_trans(st_addr + kk * 16 * 128, ga[kk][0], ga[kk][1], ga[kk][2], ga[kk][3]);
             fa_fence_proxy_async();
+            fa_b90_issue_dkdv<T, D, BQ>(dka, dva, pa, ga, qaddr, doaddr, 0);
+            /* dQ of the previous tile: both halves of its dS are in buffer (it - 1) % 2 */
+            float qacc[DH / 2];
+            if constexpr (!FIRST) fa_b90_issue_dq<T, DH, BN, BQ>(qacc, dsaddr + ((it - 1) & 1) * C::SB, kaddr, cw * DH);
             fa_wgmma_wait<FIRST ? 0 : 1>();   /* dV, dK: stage st no longer read */
 #pragma unroll
             for (int i = 0; i < D / 2; i++) { fa_reg_fence(dka[i]); fa_reg_fence(dva[i]); }
