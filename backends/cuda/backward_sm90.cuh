@@ -136,6 +136,38 @@ __device__ __forceinline__ void fa_b90_issue_dq(float (&acc)[DQR / 2], uint32_t 
     fa_wgmma_commit();
 }
 
+/* A backward block: BN keys (first key n0, KV tile nb) of KV head hk of sequence b, and the
+   query tiles of BQ rows that can see them, mt_lo .. mt_lo + nq - 1 of each of the group's
+   G query heads (iters = nq G tiles, head-major). Grid: one block per (b, hk, nb), nb
+   fastest, or (deterministic) one launch per KV tile pb.kv_tile over (b, hk). false: the
+   tile starts past the sequence (the block has nothing to do). */
+struct fa_bwd_blk {
+    fa_dseq s;
+    int b, hk, nb, n0, mt_lo, nq, iters;
+};
+template <int BN, int BQ>
+__device__ __forceinline__ bool fa_bwd_block_of(const fa_cu_bwd &pb, fa_bwd_blk &k)
+{
+    const fa_cu_fwd &p = pb.f;
+    int64_t bid = blockIdx.x;
+    if (pb.kv_tile >= 0) k.nb = pb.kv_tile;
+    else { k.nb = (int)(bid % pb.n_blocks); bid /= pb.n_blocks; }
+    k.hk = (int)(bid % p.hkv);
+    k.b = (int)(bid / p.hkv);
+    k.s = fa_dev_seq(p, k.b);
+    k.n0 = k.nb * BN;
+    if (k.n0 >= k.s.sk) return false;
+    const int nlast = min(k.n0 + BN, k.s.sk) - 1;
+    int ilo = 0, ihi = k.s.sq;
+    if (p.window_right >= 0) ilo = max(0, k.n0 - k.s.off - p.window_right);
+    if (p.window_left >= 0) ihi = min(k.s.sq, nlast - k.s.off + p.window_left + 1);
+    k.mt_lo = ilo / BQ;
+    const int mt_hi = ihi > ilo ? (ihi + BQ - 1) / BQ : k.mt_lo;
+    k.nq = mt_hi - k.mt_lo;
+    k.iters = k.nq * p.group;
+    return true;
+}
+
 /* Row of query i of head h in the lse layout (lse, D_i and the fp32 dQ workspace). */
 __device__ __forceinline__ int64_t fa_b90_lse_row(const fa_cu_fwd &p, const fa_dseq &s, int b, int h, int i)
 {
@@ -304,24 +336,12 @@ __global__ void __launch_bounds__(256, 1) fa_bwd_sm90_kernel(const fa_cu_bwd pb,
     float *sDs = sL + 2 * BQ;                             /* 2 x BQ: D_i */
     unsigned char *sDQ = reinterpret_cast<unsigned char *>(sDs + 2 * BQ);   /* dQ staging boxes, 1 KiB aligned */
 
-    int64_t bid = blockIdx.x;
-    int nb;
-    if (pb.kv_tile >= 0) nb = pb.kv_tile;
-    else { nb = (int)(bid % pb.n_blocks); bid /= pb.n_blocks; }
-    const int hk = (int)(bid % p.hkv);
-    const int b = (int)(bid / p.hkv);
-    const fa_dseq s = fa_dev_seq(p, b);
-    const int n0 = nb * BN;
-    if (n0 >= s.sk) return;
+    fa_bwd_blk blk;
+    if (!fa_bwd_block_of<BN, BQ>(pb, blk)) return;
+    const fa_dseq &s = blk.s;
+    const int b = blk.b, hk = blk.hk, n0 = blk.n0, mt_lo = blk.mt_lo, nq = blk.nq, iters = blk.iters;
     const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     const int G = p.group;
-
-    const int nlast = min(n0 + BN, s.sk) - 1;
-    int ilo = 0, ihi = s.sq;
-    if (p.window_right >= 0) ilo = max(0, n0 - s.off - p.window_right);
-    if (p.window_left >= 0) ihi = min(s.sq, nlast - s.off + p.window_left + 1);
-    const int mt_lo = ilo / BQ, mt_hi = ihi > ilo ? (ihi + BQ - 1) / BQ : mt_lo;
-    const int nq = mt_hi - mt_lo, iters = nq * G;
 
     const T *kbase = reinterpret_cast<const T *>(p.k), *vbase = reinterpret_cast<const T *>(p.v);
     const int nval = min(BN, s.sk - n0);

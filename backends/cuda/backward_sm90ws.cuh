@@ -88,23 +88,12 @@ __global__ void __launch_bounds__(384, 1)
     constexpr int CONSUMER_WARPS = 8;
 
     /* the block: as the first Hopper backward */
-    int64_t bid = blockIdx.x;
-    int nb;
-    if (pb.kv_tile >= 0) nb = pb.kv_tile;
-    else { nb = (int)(bid % pb.n_blocks); bid /= pb.n_blocks; }
-    const int hk = (int)(bid % p.hkv);
-    const int b = (int)(bid / p.hkv);
-    const fa_dseq s = fa_dev_seq(p, b);
-    const int n0 = nb * BN;
-    if (n0 >= s.sk) return;
+    fa_bwd_blk blk;
+    if (!fa_bwd_block_of<BN, BQ>(pb, blk)) return;
+    const fa_dseq &s = blk.s;
+    const int b = blk.b, hk = blk.hk, n0 = blk.n0, mt_lo = blk.mt_lo, nq = blk.nq, iters = blk.iters;
     const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     const int G = p.group;
-    const int nlast = min(n0 + BN, s.sk) - 1;
-    int ilo = 0, ihi = s.sq;
-    if (p.window_right >= 0) ilo = max(0, n0 - s.off - p.window_right);
-    if (p.window_left >= 0) ihi = min(s.sq, nlast - s.off + p.window_left + 1);
-    const int mt_lo = ilo / BQ, mt_hi = ihi > ilo ? (ihi + BQ - 1) / BQ : mt_lo;
-    const int nq = mt_hi - mt_lo, iters = nq * G;
 
     if (threadIdx.x == 0) {
         fa_mbar_init(full_kv, 32);

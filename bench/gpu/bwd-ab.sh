@@ -12,15 +12,8 @@
 # Usage: bench/gpu/bwd-ab.sh [DIR]   (DIR as in bench/gpu/README.md; logs into $OUT)
 # Environment: TEST_ARGS, TEST_TIMEOUT (400 s), WS_TEST_ARGS, BENCH_ARGS (bf16),
 # BENCH_TIMEOUT (150 s), PEERS_FLAGS (--bf16), PEERS_TIMEOUT (150 s), NO_PEERS=1.
-D=${1:-.gpu}
-OUT=${OUT:-gpu-out}
-mkdir -p "$OUT"
-export FA_CUDA_MODULE="$D/flashattn_cuda.so" LD_LIBRARY_PATH="$D${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export PYTHONUNBUFFERED=1
-{
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
-  cuobjdump --dump-sass "$D/flashattn_cuda.so" 2>/dev/null | awk '/Function :/{f=$3} /HGMMA/{g[f]++} /UTMALDG/{t[f]++} /SYNCS/{y[f]++} /LDL|STL/{s[f]++} END{for(k in g) print "sass", k, "HGMMA", g[k], "UTMALDG", t[k]+0, "SYNCS", y[k]+0, "LDL/STL", s[k]+0}'
-} > "$OUT/env.txt" 2>&1
+. "$(dirname "$0")/kit-env.sh"
+kit_env "$OUT/env.txt"
 grep "^sass.*bwd" "$OUT/env.txt"
 echo "== test_cuda ${TEST_ARGS:-(full)}"; t0=$(date +%s)
 timeout ${TEST_TIMEOUT:-400} "$D/test_cuda" ${TEST_ARGS} > "$OUT/test.log" 2>&1; rc=$?

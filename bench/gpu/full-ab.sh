@@ -7,12 +7,8 @@
 # Usage: bench/gpu/full-ab.sh [DIR]   (logs into $OUT)
 # Environment: PEERS_FLAGS (default --bf16; "--both" times fp16 too), SM80=0 skips the sm80
 # forward bench; the ratio table is printed at the end.
-D=${1:-.gpu}
-OUT=${OUT:-gpu-out}
-mkdir -p "$OUT"
-export FA_CUDA_MODULE="$D/flashattn_cuda.so" LD_LIBRARY_PATH="$D${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export PYTHONUNBUFFERED=1
-cuobjdump --dump-sass "$D/flashattn_cuda.so" 2>/dev/null | awk '/Function :/{f=$3} /HGMMA/{g[f]++} /HMMA/{h[f]++} /LDL|STL/{s[f]++} END{for(k in h) print "sass", k, "HGMMA", g[k]+0, "HMMA", h[k]+0, "LDL/STL", s[k]+0; for(k in g) if(!(k in h)) print "sass", k, "HGMMA", g[k], "LDL/STL", s[k]+0}' > "$OUT/sass.txt"
+. "$(dirname "$0")/kit-env.sh"
+kit_env "$OUT/sass.txt"
 for m in default sm80; do
   echo "== test_cuda quick ($m)"; t0=$(date +%s)
   if [ $m = sm80 ]; then FA_CUDA_FWD=sm80 timeout 120 "$D/test_cuda" quick > "$OUT/test-$m.log" 2>&1; rc=$?

@@ -5,17 +5,8 @@
 # Usage: bench/gpu/fwd-ab.sh [DIR]   Environment: TEST_ARGS (quick), TEST_TIMEOUT (100 s),
 # BENCH_TIMEOUT (60 s each), PEERS_TIMEOUT (90 s), PEERS_FLAGS (empty: bf16 and fp16).
 # DIR/prev/flashattn_cuda.so, when there, is timed too (an earlier build, same run).
-D=${1:-.gpu}
-OUT=${OUT:-gpu-out}
-mkdir -p "$OUT"
-export FA_CUDA_MODULE="$D/flashattn_cuda.so" LD_LIBRARY_PATH="$D${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export PYTHONUNBUFFERED=1
-{
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
-  cuobjdump --dump-sass "$D/flashattn_cuda.so" 2>/dev/null | grep -o "HMMA[.A-Z0-9]*" | sort | uniq -c
-  echo "local-memory instructions in the module: $(cuobjdump --dump-sass "$D/flashattn_cuda.so" 2>/dev/null | grep -c 'LDL\|STL')"
-  cuobjdump --dump-sass "$D/flashattn_cuda.so" 2>/dev/null | awk '/Function :/{f=$3} /HMMA/{h[f]++} /LDSM/{l[f]++} /LDL|STL/{s[f]++} END{for(k in h) print "sass", k, "HMMA", h[k], "LDSM", l[k], "LDL/STL", s[k]+0}' | grep fwd
-} > "$OUT/env.txt" 2>&1
+. "$(dirname "$0")/kit-env.sh"
+kit_env "$OUT/env.txt"
 echo "== test_cuda ${TEST_ARGS-quick}"; t0=$(date +%s)
 timeout ${TEST_TIMEOUT:-100} "$D/test_cuda" ${TEST_ARGS-quick} > "$OUT/test.log" 2>&1; echo "test_cuda rc=$? ($(( $(date +%s) - t0 )) s)"
 grep -E "^FAIL|passed|query" "$OUT/test.log" | head -30

@@ -7,10 +7,7 @@
 # TAG (suffix of the output files), SRC=1 (also $OUT/sass${TAG}.csv: the per-instruction
 # SASS table with warp-stall samples, from the Source page).
 # Output: $OUT/ncu${TAG}.txt, and a summary on stdout.
-D=${1:-.gpu}
-OUT=${OUT:-gpu-out}
-mkdir -p "$OUT"
-export FA_CUDA_MODULE="$D/flashattn_cuda.so" LD_LIBRARY_PATH="$D${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+. "$(dirname "$0")/kit-env.sh"
 rep=/tmp/ncu$$.ncu-rep
 timeout ${NCU_TIMEOUT:-150} ncu --clock-control none --kernel-name-base mangled --kernel-name "regex:${2:-fa_fwd_sm90_kernel.*Li128}" \
   --launch-skip ${3:-3} --launch-count 1 --import-source no -f -o "$rep" \

@@ -7,16 +7,8 @@
 # Environment: TEST_ARGS (quick), TEST_TIMEOUT (200 s), BENCH_ARGS (quick), BENCH_TIMEOUT (90 s),
 # PEERS_FLAGS (--bf16; add --quick for the cells of bench_gpu quick), PEERS_TIMEOUT (170 s),
 # NO_PEERS=1, NO_SAN=1.
-D=${1:-.gpu}
-OUT=${OUT:-gpu-out}
-mkdir -p "$OUT"
-export FA_CUDA_MODULE="$D/flashattn_cuda.so" LD_LIBRARY_PATH="$D${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export PYTHONUNBUFFERED=1
-{
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
-  cuobjdump --dump-sass "$D/flashattn_cuda.so" 2>/dev/null | grep -o "HMMA[.A-Z0-9]*" | sort | uniq -c
-  echo "local-memory instructions in the module: $(cuobjdump --dump-sass "$D/flashattn_cuda.so" 2>/dev/null | grep -c 'LDL\|STL')"
-} > "$OUT/env.txt" 2>&1
+. "$(dirname "$0")/kit-env.sh"
+kit_env "$OUT/env.txt"
 echo "== test_cuda"; t0=$(date +%s)
 timeout ${TEST_TIMEOUT:-200} "$D/test_cuda" $TEST_ARGS > "$OUT/test.log" 2>&1; echo "test_cuda rc=$? ($(( $(date +%s) - t0 )) s)"
 grep -E "^FAIL|passed" "$OUT/test.log" | head -40

@@ -6,16 +6,9 @@
 # FA_CUDA_FWD=sm80 (the sm80 fast kernel), and the forward-only torch peers; the table
 # (ratios.txt) has the sm90 kernel in the "fast" column and the sm80 fast kernel in "general".
 # Usage: bench/gpu/sm90-ab.sh [DIR]   (DIR as in bench/gpu/README.md; logs into $OUT)
-D=${1:-.gpu}
-OUT=${OUT:-gpu-out}
-mkdir -p "$OUT"
-export FA_CUDA_MODULE="$D/flashattn_cuda.so" LD_LIBRARY_PATH="$D${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export PYTHONUNBUFFERED=1
-{
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
-  cuobjdump --dump-sass "$D/flashattn_cuda.so" 2>/dev/null | awk '/Function :/{f=$3} /HGMMA/{g[f]++} /HMMA/{h[f]++} /LDSM/{l[f]++} /LDL|STL/{s[f]++} /WARPSYNC|BAR.SYNC/{b[f]++} END{for(k in g) print "sass", k, "HGMMA", g[k], "HMMA", h[k]+0, "LDSM", l[k]+0, "LDL/STL", s[k]+0}'
-  cuobjdump --dump-sass "$D/flashattn_cuda.so" 2>/dev/null | awk '/Function :/{f=$3; p=(f ~ /sm90.*bfloat16Li128/)} p' | grep -m 60 "HGMMA\|WARPGROUP\|DEPBAR\|BAR"
-} > "$OUT/env.txt" 2>&1
+. "$(dirname "$0")/kit-env.sh"
+kit_env "$OUT/env.txt"
+cuobjdump --dump-sass "$D/flashattn_cuda.so" 2>/dev/null | awk '/Function :/{f=$3; p=(f ~ /sm90.*bfloat16Li128/)} p' | grep -m 60 "HGMMA\|WARPGROUP\|DEPBAR\|BAR" >> "$OUT/env.txt"
 grep "^sass" "$OUT/env.txt"
 VD=0
 for v in 0 1; do

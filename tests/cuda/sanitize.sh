@@ -11,10 +11,7 @@
 # Environment: SAN_TIMEOUT (seconds per tool, 100), SAN_TOOLS (the four), SAN_ARGS (san),
 # COMPUTE_SANITIZER (compute-sanitizer from PATH, else /usr/local/cuda/bin).
 # Exit status: 0 when every tool finished clean, 1 otherwise.
-D=${1:-.gpu}
-OUT=${OUT:-gpu-out}
-mkdir -p "$OUT"
-export FA_CUDA_MODULE="$D/flashattn_cuda.so" LD_LIBRARY_PATH="$D${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+. "$(dirname "$0")/../../bench/gpu/kit-env.sh"
 CS=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}
 if [ ! -x "$CS" ]; then
   echo "sanitize.sh: compute-sanitizer not found ($CS)" | tee "$OUT/san-summary.txt"
