@@ -187,10 +187,17 @@ void or_backward(const or_seq *s, const double *q, const double *k, const double
 /* Calls row(s, h, i, p, dc, arg) for every row (h, i) whose probabilities are finite
    (rows of NaN inputs and fully masked rows are skipped), with p[j] = P_ij (0 where
    invisible) and dc[j] the softcap derivative. The term-size helpers below walk this. */
+typedef struct {
+    const double *q, *k, *v, *out, *dout;
+    double *t1, *t2;
+    double d_weight;       /* weight of D's terms (bwd_terms_row) */
+    double lse;            /* the row's lse, set by or_each_row before each row */
+} or_terms_arg;
+
 typedef void (*or_row_fn)(const or_seq *s, int64_t h, int64_t i, const double *p,
                           const double *dc, void *arg);
 static void or_each_row(const or_seq *s, const double *q, const double *k, or_row_fn row,
-                        void *arg)
+                        or_terms_arg *arg)
 {
     int64_t n = s->sk > 0 ? s->sk : 1;
     double *p = malloc(sizeof(double) * (size_t)n);
@@ -198,16 +205,11 @@ static void or_each_row(const or_seq *s, const double *q, const double *k, or_ro
     for (int64_t h = 0; h < s->hq; h++)
         for (int64_t i = 0; i < s->sq; i++) {
             double psink;
-            if (isfinite(or_row_probs(s, q, k, h, i, p, dc, &psink))) row(s, h, i, p, dc, arg);
+            arg->lse = or_row_probs(s, q, k, h, i, p, dc, &psink);
+            if (isfinite(arg->lse)) row(s, h, i, p, dc, arg);
         }
     free(p); free(dc);
 }
-
-typedef struct {
-    const double *q, *k, *v, *out, *dout;
-    double *t1, *t2;
-    double d_weight;       /* weight of D's terms (bwd_terms_row) */
-} or_terms_arg;
 
 /* The walk both term helpers share: row (h, i)'s KV head and rows of q and out, then each
    visible key j in turn with its rows of k and v, its weight g = P_ij |dcap_ij scale| and
@@ -294,10 +296,22 @@ static void fwd_terms_row(const or_seq *s, int64_t h, int64_t i, const double *p
     const or_terms_arg *x = arg;
     or_key_walk w = or_walk_row(s, h, i, p, dc, x);
     double *ti = x->t1 + (i * s->hq + h) * s->dv;
+    const double lsk = log1p((double)s->sk);
     while (or_walk_next(&w)) {
         double a = 0.0;
         for (int64_t c = 0; c < s->dqk; c++) a += fabs(w.qi[c] * w.kj[c]);
-        double wt = w.g * a;
+        /* plus the roundings at the score's own size (KNOWN_FAILURES #27): the softcap,
+           ALiBi and bias steps round at about |s_ij| (two of them counted), the exponent
+           argument s_ij - m at |s_ij - m| <= |ln P_ij| + ln(1 + Sk) (m the running or
+           merged max, lse - m in [0, ln(1 + Sk)]), and exp itself once; s_ij = ln P_ij +
+           lse_i */
+        const double pj = w.p[w.j];
+        double e = 0.0;
+        if (pj > 0.0) {
+            const double lp = log(pj);
+            e = pj * (2.0 * fabs(lp + x->lse) + fabs(lp) + lsk + 1.0);
+        }
+        double wt = w.g * a + e;
         if (!isfinite(wt)) continue;
         for (int64_t c = 0; c < s->dv; c++) {
             double t = wt * fabs(w.mult * w.vj[c] - w.oi[c]);
@@ -307,9 +321,11 @@ static void fwd_terms_row(const or_seq *s, int64_t h, int64_t i, const double *p
 }
 
 /* Magnitude of out's sensitivity to the roundoff of its scores: tout[i][h][c] +=
-   sum_j P_ij |dcap_ij scale| (sum_x |q_ix k_jx|) |m_ij v_jc - out_ic|. A score is an fp32
-   dot product whose roundoff scales with sum_x |q_ix k_jx|, and out_ic moves by
-   P_ij (m_ij v_jc - out_ic) per unit of s_ij (m_ij: the dropout multiplier). */
+   sum_j (P_ij |dcap_ij scale| (sum_x |q_ix k_jx|) + P_ij r_ij) |m_ij v_jc - out_ic|. A
+   score is an fp32 dot product whose roundoff scales with sum_x |q_ix k_jx|, then the
+   steps after it round at the score's own size, r_ij = 2 |s_ij| + |ln P_ij| + ln(1 + Sk)
+   + 1 (fwd_terms_row), and out_ic moves by P_ij (m_ij v_jc - out_ic) per unit of s_ij
+   (m_ij: the dropout multiplier). */
 void or_forward_terms(const or_seq *s, const double *q, const double *k, const double *v,
                       const double *out, double *tout)
 {
