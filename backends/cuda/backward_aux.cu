@@ -10,10 +10,6 @@
 
 #define FA_AUX_ROWS 8   /* warps (rows) per block */
 
-__device__ __forceinline__ int64_t fa_bwd_lse_row(const fa_cu_fwd &p, const fa_dseq &s, int b, int h, int i)
-{
-    return p.layout == FA_CU_VARLEN ? (int64_t)h * p.total_q + s.q0 + i : ((int64_t)b * p.hq + h) * p.sq + i;
-}
 
 __global__ void __launch_bounds__(32 * FA_AUX_ROWS) fa_bwd_pre_kernel(const fa_cu_bwd pb)
 {
@@ -28,7 +24,7 @@ __global__ void __launch_bounds__(32 * FA_AUX_ROWS) fa_bwd_pre_kernel(const fa_c
     for (int c = lane; c < p.dv; c += 32)
         d += fa_ld_any(pb.dout, pb.dtype, drow + c) * fa_ld_any(p.out, p.out_dtype, orow + c);
     for (int o = 16; o; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-    const int64_t li = fa_bwd_lse_row(p, s, b, h, i);
+    const int64_t li = fa_lse_row(p, s, b, h, i);
     if (lane == 0) pb.dsum[li] = d;
     float *q = pb.dq_acc + li * p.dqk;
     for (int c = lane; c < p.dqk; c += 32) q[c] = 0.f;
@@ -41,7 +37,7 @@ __global__ void __launch_bounds__(32 * FA_AUX_ROWS) fa_bwd_post_kernel(const fa_
     const int i = blockIdx.x * FA_AUX_ROWS + threadIdx.x / 32, lane = threadIdx.x % 32;
     const fa_dseq s = fa_dev_seq(p, b);
     if (i >= s.sq) return;
-    const float *q = pb.dq_acc + fa_bwd_lse_row(p, s, b, h, i) * p.dqk;
+    const float *q = pb.dq_acc + fa_lse_row(p, s, b, h, i) * p.dqk;
     const int64_t row = s.tb * pb.dq_sb + (s.q0 + i) * pb.dq_ss + (int64_t)h * pb.dq_sh;
     for (int c = lane; c < p.dqk; c += 32) fa_st_any(pb.dq, pb.dq_dtype, row + c, q[c] * p.scale);
 }

@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(fa_bwd_cfg<D>::NT, fa_bwd_cfg<D>::MINB) fa_bwd
     });
 
     auto lse_row = [&](int h, int i) -> int64_t {
-        return p.layout == FA_CU_VARLEN ? (int64_t)h * p.total_q + s.q0 + i : ((int64_t)b * p.hq + h) * p.sq + i;
+        return fa_lse_row(p, s, b, h, i);
     };
     auto load_q = [&](int it, int buf) {
         const int h = hk * G + it / nq, m0 = (mt_lo + it % nq) * BQ;

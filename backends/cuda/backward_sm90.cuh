@@ -168,12 +168,6 @@ __device__ __forceinline__ bool fa_bwd_block_of(const fa_cu_bwd &pb, fa_bwd_blk 
     return true;
 }
 
-/* Row of query i of head h in the lse layout (lse, D_i and the fp32 dQ workspace). */
-__device__ __forceinline__ int64_t fa_b90_lse_row(const fa_cu_fwd &p, const fa_dseq &s, int b, int h, int i)
-{
-    return p.layout == FA_CU_VARLEN ? (int64_t)h * p.total_q + s.q0 + i : ((int64_t)b * p.hq + h) * p.sq + i;
-}
-
 /* P^T = exp2(S^T scale log2e - lse log2e) in place, S^T from the wgmma accumulator of one
    warpgroup (64 keys x BQ queries): element e of n-tile nt is key krow + 8 (e / 2) of the
    block (first key n0), query 8 nt + 2 (lane % 4) + (e & 1) of the tile (first query m0);
@@ -259,7 +253,7 @@ __device__ __forceinline__ void fa_b90_dq_out(const fa_cu_bwd &pb, const fa_dseq
         fa_fence_proxy_async();   /* the generic-proxy stores, seen by the tensor copies */
         __syncwarp();
         if (lane == 0) {
-            const int grow = (int)fa_b90_lse_row(p, s, b, h, qrow0);
+            const int grow = (int)fa_lse_row(p, s, b, h, qrow0);
 #pragma unroll
             for (int x = 0; x < NBOX; x++) fa_tma_reduce_add_2d(dq_map, sdq + x * XB, col0 + 32 * x, grow);
             fa_bulk_commit();
@@ -269,7 +263,7 @@ __device__ __forceinline__ void fa_b90_dq_out(const fa_cu_bwd &pb, const fa_dseq
         for (int r = 0; r < 2; r++) {
             const int i = qrow0 + lane / 4 + 8 * r;
             if (i >= s.sq) continue;
-            float *dq = pb.dq_acc + fa_b90_lse_row(p, s, b, h, i) * p.dqk;
+            float *dq = pb.dq_acc + fa_lse_row(p, s, b, h, i) * p.dqk;
 #pragma unroll
             for (int nt = 0; nt < DQR / 8; nt++) {
                 const int c = col0 + nt * 8 + (lane % 4) * 2;
@@ -352,7 +346,7 @@ __global__ void __launch_bounds__(256, 1) fa_bwd_sm90_kernel(const fa_cu_bwd pb,
         return vbase + fa_dev_krow(p, s, b, n0 + r, hk, p.v_sb, p.v_ss, p.v_sh);
     });
 
-    auto lse_row = [&](int h, int i) -> int64_t { return fa_b90_lse_row(p, s, b, h, i); };
+    auto lse_row = [&](int h, int i) -> int64_t { return fa_lse_row(p, s, b, h, i); };
     auto load_q = [&](int it, int buf) {
         const int h = hk * G + it / nq, m0 = (mt_lo + it % nq) * BQ;
         const T *qb = reinterpret_cast<const T *>(p.q) + s.tb * p.q_sb + (s.q0 + m0) * p.q_ss + (int64_t)h * p.q_sh;

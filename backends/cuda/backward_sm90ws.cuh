@@ -109,43 +109,39 @@ __global__ void __launch_bounds__(384, 1)
         /* ---- the producer ---- */
         fa_setmaxnreg_dec<FA_BWS_PRODUCER_REGS>();
         if (warp != 0 || iters == 0) return;
-        /* rows [0, nval) x columns [0, ncols) of an R-row tile by the 32 lanes' cp.async, the
-           rest zero; each lane waits for its own copies and orders them before the tensor
-           cores' reads (its arrival follows) */
-        auto copy_rows = [&](unsigned char *dst, const T *row0, int64_t rstride, int nval, int ncols, int R) {
-            constexpr int CPR = D / 8;
-            for (int c = lane; c < R * CPR; c += 32) {
-                const int r = c / CPR, ch = c % CPR;
-                const bool ok = r < nval && ch * 8 < ncols;
-                const uint32_t off = (uint32_t)((ch >> 3) * (R * 128) + r * 128 + (((ch & 7) ^ (r & 7)) << 4));
-                fa_cp_async16(dst + off, ok ? row0 + (int64_t)r * rstride + ch * 8 : row0, ok ? 16 : 0);
-            }
-        };
-        auto copies_done = [&]() {
+        /* after the lanes' cp.async copies (fa_load_rows_warp): each lane waits for its own
+           and orders them before the tensor cores' reads, then arrives on bar */
+        auto copies_done = [&](uint32_t bar) {
             fa_cp_async_commit();
             fa_cp_async_wait<0>();
             fa_fence_proxy_async();
+            fa_mbar_arrive(bar);
+        };
+        /* two tiles of `rows` rows (K and V, or Q and dO) by TMA onto bar: lane 0 announces
+           the bytes and issues the boxes of 64 columns, the other lanes arrive */
+        auto tma_two = [&](uint32_t bar, uint32_t bytes, int rows, unsigned char *da, const CUtensorMap *ma,
+                           unsigned char *db, const CUtensorMap *mb, int row, int head) {
+            if (lane == 0) {
+                fa_mbar_expect_tx(bar, bytes);
+#pragma unroll
+                for (int c = 0; c < D / 64; c++) {
+                    fa_tma_load_4d(fa_smem_u32(da + c * rows * 128), ma, bar, c * 64, row, head, (int)s.tb);
+                    fa_tma_load_4d(fa_smem_u32(db + c * rows * 128), mb, bar, c * 64, row, head, (int)s.tb);
+                }
+            } else {
+                fa_mbar_arrive(bar);
+            }
         };
         const bool dense = p.layout == FA_CU_DENSE;
         const int nval = min(BN, s.sk - n0);
         if (nval == BN || dense) {
-            if (lane == 0) {
-                fa_mbar_expect_tx(full_kv, 2 * C::KB);
-#pragma unroll
-                for (int c = 0; c < D / 64; c++) {
-                    fa_tma_load_4d(fa_smem_u32(sK + c * BN * 128), &tm_k, full_kv, c * 64, (int)s.k0 + n0, hk, (int)s.tb);
-                    fa_tma_load_4d(fa_smem_u32(sV + c * BN * 128), &tm_v, full_kv, c * 64, (int)s.k0 + n0, hk, (int)s.tb);
-                }
-            } else {
-                fa_mbar_arrive(full_kv);
-            }
+            tma_two(full_kv, 2 * C::KB, BN, sK, &tm_k, sV, &tm_v, (int)s.k0 + n0, hk);
         } else {
             const int64_t kr = s.tb * p.k_sb + (s.k0 + n0) * p.k_ss + (int64_t)hk * p.k_sh;
             const int64_t vr = s.tb * p.v_sb + (s.k0 + n0) * p.v_ss + (int64_t)hk * p.v_sh;
-            copy_rows(sK, reinterpret_cast<const T *>(p.k) + kr, p.k_ss, nval, p.dqk, BN);
-            copy_rows(sV, reinterpret_cast<const T *>(p.v) + vr, p.v_ss, nval, p.dv, BN);
-            copies_done();
-            fa_mbar_arrive(full_kv);
+            fa_load_rows_warp<D, BN, T>(sK, reinterpret_cast<const T *>(p.k) + kr, p.k_ss, nval, p.dqk);
+            fa_load_rows_warp<D, BN, T>(sV, reinterpret_cast<const T *>(p.v) + vr, p.v_ss, nval, p.dv);
+            copies_done(full_kv);
         }
         for (int it = 0; it < iters; it++) {
             const int st = it % ST;
@@ -157,28 +153,18 @@ __global__ void __launch_bounds__(384, 1)
             for (int r = lane; r < BQ; r += 32) {
                 const int i = m0 + r;
                 const bool ok = i < s.sq;
-                const int64_t li = ok ? fa_b90_lse_row(p, s, b, h, i) : 0;
+                const int64_t li = ok ? fa_lse_row(p, s, b, h, i) : 0;
                 sL[st * BQ + r] = ok ? p.lse[li] : 0.f;
                 sDs[st * BQ + r] = ok ? pb.dsum[li] : 0.f;
             }
             if (s.sq - m0 >= BQ || dense) {
-                if (lane == 0) {
-                    fa_mbar_expect_tx(full_q(st), 2 * C::QB);
-#pragma unroll
-                    for (int c = 0; c < D / 64; c++) {
-                        fa_tma_load_4d(fa_smem_u32(sQ + st * C::QB + c * BQ * 128), &tm_q, full_q(st), c * 64, (int)s.q0 + m0, h, (int)s.tb);
-                        fa_tma_load_4d(fa_smem_u32(sdO + st * C::QB + c * BQ * 128), &tm_do, full_q(st), c * 64, (int)s.q0 + m0, h, (int)s.tb);
-                    }
-                } else {
-                    fa_mbar_arrive(full_q(st));
-                }
+                tma_two(full_q(st), 2 * C::QB, BQ, sQ + st * C::QB, &tm_q, sdO + st * C::QB, &tm_do, (int)s.q0 + m0, h);
             } else {
                 const T *qb = reinterpret_cast<const T *>(p.q) + s.tb * p.q_sb + (s.q0 + m0) * p.q_ss + (int64_t)h * p.q_sh;
                 const T *ob = reinterpret_cast<const T *>(pb.dout) + s.tb * pb.do_sb + (s.q0 + m0) * pb.do_ss + (int64_t)h * pb.do_sh;
-                copy_rows(sQ + st * C::QB, qb, p.q_ss, s.sq - m0, p.dqk, BQ);
-                copy_rows(sdO + st * C::QB, ob, pb.do_ss, s.sq - m0, p.dv, BQ);
-                copies_done();
-                fa_mbar_arrive(full_q(st));
+                fa_load_rows_warp<D, BQ, T>(sQ + st * C::QB, qb, p.q_ss, s.sq - m0, p.dqk);
+                fa_load_rows_warp<D, BQ, T>(sdO + st * C::QB, ob, pb.do_ss, s.sq - m0, p.dv);
+                copies_done(full_q(st));
             }
         }
         return;

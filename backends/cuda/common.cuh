@@ -158,6 +158,13 @@ __device__ __forceinline__ int64_t fa_dev_krow(const fa_cu_fwd &p, const fa_dseq
     return s.tb * sb + (s.k0 + j) * ss + (int64_t)hk * sh;
 }
 
+/* Row of query i of head h in the lse layout (lse, the backward's D_i and fp32 dQ
+   workspace): head-major over all tokens for varlen, [b][h][i] otherwise. */
+__device__ __forceinline__ int64_t fa_lse_row(const fa_cu_fwd &p, const fa_dseq &s, int b, int h, int i)
+{
+    return p.layout == FA_CU_VARLEN ? (int64_t)h * p.total_q + s.q0 + i : ((int64_t)b * p.hq + h) * p.sq + i;
+}
+
 /* ---- the end of a row -------------------------------------------------------------------- */
 /* The end of one query row's online softmax in the mma fragment layouts (a row lives in the
    4 lanes of a quad): the quad's partial sums added up, the sink (when the call has one
@@ -230,11 +237,7 @@ __device__ __forceinline__ void fa_store_rows(const fa_cu_fwd &p, const fa_dseq 
             else
                 *reinterpret_cast<uint32_t *>(reinterpret_cast<T *>(p.out) + orow + c) = fa_pack2(x0, x1, T());
         }
-        if (p.lse && lane % 4 == 0) {
-            const int64_t li = p.layout == FA_CU_VARLEN ? (int64_t)h * p.total_q + s.q0 + i
-                                                        : ((int64_t)b * p.hq + h) * p.sq + i;
-            p.lse[li] = lse[r];
-        }
+        if (p.lse && lane % 4 == 0) p.lse[fa_lse_row(p, s, b, h, i)] = lse[r];
     }
 }
 

@@ -582,10 +582,11 @@ static fa_status cuda_forward(fa_context *ctx, const fa_problem *p)
     else if (fast == FWD_SM90WS) {
 #if FA_SM90A
         const int g = (int)grid;
+        int *const tk = tickets ? im->tickets : NULL;
         switch (D) {
-        case 64: e = bf ? fa_fwd_ws_launch<__nv_bfloat16, 64>(k, blocks, g, maps, tickets ? im->tickets : NULL, im->stream) : fa_fwd_ws_launch<__half, 64>(k, blocks, g, maps, tickets ? im->tickets : NULL, im->stream); break;
-        case 128: e = bf ? fa_fwd_ws_launch<__nv_bfloat16, 128>(k, blocks, g, maps, tickets ? im->tickets : NULL, im->stream) : fa_fwd_ws_launch<__half, 128>(k, blocks, g, maps, tickets ? im->tickets : NULL, im->stream); break;
-        default: e = bf ? fa_fwd_ws_launch<__nv_bfloat16, 256>(k, blocks, g, maps, tickets ? im->tickets : NULL, im->stream) : fa_fwd_ws_launch<__half, 256>(k, blocks, g, maps, tickets ? im->tickets : NULL, im->stream); break;
+        case 64: e = bf ? fa_fwd_ws_launch<__nv_bfloat16, 64>(k, blocks, g, maps, tk, im->stream) : fa_fwd_ws_launch<__half, 64>(k, blocks, g, maps, tk, im->stream); break;
+        case 128: e = bf ? fa_fwd_ws_launch<__nv_bfloat16, 128>(k, blocks, g, maps, tk, im->stream) : fa_fwd_ws_launch<__half, 128>(k, blocks, g, maps, tk, im->stream); break;
+        default: e = bf ? fa_fwd_ws_launch<__nv_bfloat16, 256>(k, blocks, g, maps, tk, im->stream) : fa_fwd_ws_launch<__half, 256>(k, blocks, g, maps, tk, im->stream); break;
         }
         if (tickets && e == cudaSuccess) {
             cudaEventRecord(im->tickets_done, im->stream);

@@ -81,6 +81,19 @@ __device__ __forceinline__ void fa_load_tile90(unsigned char *dst, int nvalid, i
     }
 }
 
+/* The same by the 32 lanes of one warp (a producer warp), rows at row0 + r * rstride: lane
+   l copies chunks l, l + 32, ... in a rolled loop (a producer runs on few registers). */
+template <int D, int R, typename T>
+__device__ __forceinline__ void fa_load_rows_warp(unsigned char *dst, const T *row0, int64_t rstride, int nvalid, int ncols)
+{
+    constexpr int CPR = D / 8;
+    for (int c = threadIdx.x % 32; c < R * CPR; c += 32) {
+        const int r = c / CPR, ch = c % CPR;
+        const bool ok = r < nvalid && ch * 8 < ncols;
+        fa_cp_async16(dst + fa_swz128<R>(r, ch), ok ? row0 + (int64_t)r * rstride + ch * 8 : row0, ok ? 16 : 0);
+    }
+}
+
 /* A whole tile of R rows from a dense tensor (rows at src_row0 + r * row_stride): the fast
    path of the K/V loads. Thread t always copies chunk t % (D/8) of rows t / (D/8) + i * RSTEP,
    and RSTEP is a multiple of 8, so its swizzled destination is one base plus i * RSTEP rows

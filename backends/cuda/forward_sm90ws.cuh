@@ -151,12 +151,7 @@ __global__ void __launch_bounds__(384, 1)
            the 32 lanes copy, wait for their copies, order them before the tensor cores'
            reads, and lane 0 completes the barrier's phase. */
         auto copy_tail = [&](unsigned char *dst, uint32_t bar, const T *row0, int64_t rstride, int nval, int ncols) {
-            constexpr int CPR = D / 8;
-            for (int c = lane; c < BN * CPR; c += 32) {
-                const int r = c / CPR, ch = c % CPR;
-                const bool ok = r < nval && ch * 8 < ncols;
-                fa_cp_async16(dst + fa_swz128<BN>(r, ch), ok ? row0 + (int64_t)r * rstride + ch * 8 : row0, ok ? 16 : 0);
-            }
+            fa_load_rows_warp<D, BN, T>(dst, row0, rstride, nval, ncols);
             fa_cp_async_commit();
             fa_cp_async_wait<0>();
             fa_fence_proxy_async();

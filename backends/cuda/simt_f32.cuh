@@ -144,7 +144,7 @@ __device__ __forceinline__ fa_f32_row_end fa_f32_end_row(const fa_cu_fwd &p, con
     } else {
         e.op = reinterpret_cast<float *>(p.out); e.odt = p.out_dtype;
         e.orow = s.tb * p.o_sb + (s.q0 + i) * p.o_ss + (int64_t)h * p.o_sh;
-        e.li = p.layout == FA_CU_VARLEN ? (int64_t)h * p.total_q + s.q0 + i : ((int64_t)b * p.hq + h) * p.sq + i;
+        e.li = fa_lse_row(p, s, b, h, i);
     }
     return e;
 }
@@ -314,7 +314,7 @@ __global__ void __launch_bounds__(FA_F32_NT) fa_f32_bwd_kernel(const fa_cu_bwd p
         return vbase + fa_dev_krow(p, s, b, n0 + r, hk, p.v_sb, p.v_ss, p.v_sh);
     });
     auto lse_row = [&](int h, int i) -> int64_t {
-        return p.layout == FA_CU_VARLEN ? (int64_t)h * p.total_q + s.q0 + i : ((int64_t)b * p.hq + h) * p.sq + i;
+        return fa_lse_row(p, s, b, h, i);
     };
 
     float4 dka[2][NC], dva[2][NC];
