@@ -186,7 +186,8 @@ void or_backward(const or_seq *s, const double *q, const double *k, const double
 
 /* Calls row(s, h, i, p, dc, arg) for every row (h, i) whose probabilities are finite
    (rows of NaN inputs and fully masked rows are skipped), with p[j] = P_ij (0 where
-   invisible) and dc[j] the softcap derivative. The term-size helpers below walk this. */
+   invisible), dc[j] the softcap derivative and arg->lse the row's lse. The term-size
+   helpers below walk this. */
 typedef struct {
     const double *q, *k, *v, *out, *dout;
     double *t1, *t2;

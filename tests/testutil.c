@@ -678,20 +678,21 @@ void tu_run(const tu_case *c)
     /* out's term floor (KNOWN_FAILURES #20): each score carries fp32 roundoff of its terms
        (|scale| sum_c |q_c k_c|) whatever the summation order, and out moves by
        P_ij (m_ij v_j - out_i) per unit of s_ij: one fp32 ulp of the largest
-       sum_j P_ij |scale| (sum_c |q_ic k_jc|) |m_ij v_jc - out_ic| (tests/oracle.c
+       sum_j P_ij |scale| (sum_c |q_ic k_jc|) |m_ij v_jc - out_ic|, plus the steps after the
+       dot product, which round at the score's own size (#27; tests/oracle.c
        or_forward_terms). Part of the floor: for fp32 inputs the 1e-5 relative rule still
        caps the bound. */
     /* Plus the flush floor (KNOWN_FAILURES #21): the fast backends give P = 0 where exp is
        below fp32's smallest normal (2^-126) rather than a subnormal; each row then loses
        at most Sk such terms of |v| / (1 - p) (l >= 1: the row's maximum has P = 1). It
        matters only where out itself is near 1e-38. */
-    const double out_term = tu_eps(FA_F32) * oterm +
-        (double)skmax * 0x1p-126 * vmax / (c->dropout_p < 1.0f ? 1.0 - (double)c->dropout_p : 1.0);
+    const double dropk = c->dropout_p < 1.0f ? 1.0 / (1.0 - (double)c->dropout_p) : 1.0;
+    const double out_flush = (double)skmax * 0x1p-126 * vmax * dropk;
+    const double out_term = tu_eps(FA_F32) * oterm + out_flush;
 
     /* The gradients' flush floor (#21): a P flushed to 0 drops its dS = P (dP - D) terms
        from dq and dk (each at most |scale| (|dP| + |D|) max|k or q|) and its P dout terms
        from dv, at most max(Sq, Sk) of each per element. */
-    const double dropk = c->dropout_p < 1.0f ? 1.0 / (1.0 - (double)c->dropout_p) : 1.0;
     const double gflush = (double)(skmax > sqmax ? skmax : sqmax) * 0x1p-126 *
         ((fabs(scale) > 1.0 ? fabs(scale) : 1.0) * (double)dv * domax *
          (vmax * dropk + max_abs(o_out, nq_log * H * dv)) * (qkmax > 1.0 ? qkmax : 1.0) + domax * dropk);
@@ -852,10 +853,9 @@ void tu_run(const tu_case *c)
                 /* plus the flush floor (#21): each row's psink_i D_i term, psink_i below
                    2^-126 given as 0, |D_i| <= d_v max|dout| max|out|; and D_i itself
                    formed from out whose P were flushed (psink_i <= 1): each out element
-                   off by at most out's flush floor, Sk 2^-126 max|v| / (1 - p) (#25) */
-                const double dsflush = (double)nq_log * 0x1p-126 * (double)dv * domax *
-                                       (max_abs(o_out, nq_log * H * dv) +
-                                        (double)skmax * vmax * dropk);
+                   off by at most out's flush floor, out_flush (#25) */
+                const double dsflush = (double)nq_log * (double)dv * domax *
+                                       (0x1p-126 * max_abs(o_out, nq_log * H * dv) + out_flush);
                 /* plus the sum over rows (#26): the backends add the terms in fp32, in an
                    order of their own, while the naive model sums them in double; any
                    order's rounding is at most (rows - 1) u sum_i |psink_i D_i| (ds_l1
