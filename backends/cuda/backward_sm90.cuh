@@ -136,6 +136,29 @@ __device__ __forceinline__ void fa_b90_issue_dq(float (&acc)[DQR / 2], uint32_t 
     fa_wgmma_commit();
 }
 
+/* dS [query][key] in shared memory (panels of 64 keys x BQ queries, 128-byte swizzle), K-major
+   for dQ = dS K, written from the dS^T fragments by transposing matrix stores. Offset of
+   this thread's stmatrix address for the warpgroup whose keys start at block row kw: lane
+   8 mi + j addresses query row j of matrix mi (keys +8 for odd mi, queries +8 for mi >= 2);
+   the swizzle chunk depends on the lane only. */
+template <int BQ>
+__device__ __forceinline__ uint32_t fa_b90_ds_offset(int kw)
+{
+    const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+    const int st_key = kw + warp * 16 + 8 * ((lane / 8) & 1), st_q = 8 * (lane / 16) + lane % 8;
+    return (uint32_t)((st_key >> 6) * (BQ * 128) + st_q * 128 + ((((st_key & 63) >> 3) ^ (st_q & 7)) << 4));
+}
+/* ... and the store: ga[kk][q] is the fragment of keys krow + 8 (q & 1) x queries 16 kk +
+   8 (q >> 1) + [0, 8), each transposed store writes its 8 queries as rows of 8 keys (one
+   16-byte chunk). st_addr = the tile's address + fa_b90_ds_offset. */
+template <int BQ>
+__device__ __forceinline__ void fa_b90_store_ds(uint32_t st_addr, const uint32_t (&ga)[BQ / 16][4])
+{
+#pragma unroll
+    for (int kk = 0; kk < BQ / 16; kk++)
+        fa_stmatrix_x4_trans(st_addr + kk * 16 * 128, ga[kk][0], ga[kk][1], ga[kk][2], ga[kk][3]);
+}
+
 /* A backward block: BN keys (first key n0, KV tile nb) of KV head hk of sequence b, and the
    query tiles of BQ rows that can see them, mt_lo .. mt_lo + nq - 1 of each of the group's
    G query heads (iters = nq G tiles, head-major). Grid: one block per (b, hk, nb), nb
@@ -379,10 +402,7 @@ __global__ void __launch_bounds__(256, 1) fa_bwd_sm90_kernel(const fa_cu_bwd pb,
     const int kw = SPLIT ? 0 : wg * 64;                   /* this warpgroup's first key in the block */
     const int kvcol0 = SPLIT ? wg * NKV : 0;              /* ... and first dK/dV column */
     const int krow = kw + warp * 16 + lane / 4;           /* this thread's first key row in the block */
-    /* stmatrix: lane 8 mi + j addresses query row j of matrix mi (keys +8 for odd mi,
-       queries +8 for mi >= 2); the swizzle chunk depends on the lane only */
-    const int st_key = kw + warp * 16 + 8 * ((lane / 8) & 1), st_q = 8 * (lane / 16) + lane % 8;
-    const uint32_t st_addr = dsaddr + (uint32_t)((st_key >> 6) * (BQ * 128) + st_q * 128 + ((((st_key & 63) >> 3) ^ (st_q & 7)) << 4));
+    const uint32_t st_addr = dsaddr + fa_b90_ds_offset<BQ>(kw);   /* this thread's dS stores */
     /* this warp's staging: box x (columns wg DH + 32 x) of its 16 rows at sdq + x XB */
     unsigned char *sdq = sDQ + (wg * 4 + warp) * C::NBOX * C::XB;
 
@@ -420,13 +440,9 @@ __global__ void __launch_bounds__(256, 1) fa_bwd_sm90_kernel(const fa_cu_bwd pb,
            (rows = queries) */
         fa_b90_issue_dkdv<T, NKV, BQ>(dka, dva, pa, ga, qaddr, doaddr, kvcol0);
 
-        /* dS [query][key] into shared memory, K-major for dQ = dS K: ga[kk][q] is the
-           fragment of keys krow + 8 (q & 1) x queries 16 kk + 8 (q >> 1) + [0, 8), and the
-           transposing store writes its 8 queries as rows of 8 keys (one 16-byte chunk) */
+        /* dS [query][key] into shared memory, K-major for dQ = dS K */
         if (!SPLIT || wg == 0) {          /* SPLIT: both warpgroups hold the same dS */
-#pragma unroll
-            for (int kk = 0; kk < BQ / 16; kk++)
-                fa_stmatrix_x4_trans(st_addr + kk * 16 * 128, ga[kk][0], ga[kk][1], ga[kk][2], ga[kk][3]);
+            fa_b90_store_ds<BQ>(st_addr, ga);
             fa_fence_proxy_async();
         }
         __syncthreads();                  /* dS of the block's keys in shared memory */

@@ -176,10 +176,7 @@ __global__ void __launch_bounds__(384, 1)
     const int krow = kw + warp * 16 + lane / 4;           /* this thread's first key row in the block */
     const float sl2 = p.scale * FA_LOG2E;
     const uint32_t kaddr = fa_smem_u32(sK), vaddr = fa_smem_u32(sV), dsaddr = fa_smem_u32(smem + C::ODS);
-    /* stmatrix: lane 8 mi + j addresses query row j of matrix mi (keys +8 for odd mi,
-       queries +8 for mi >= 2); the swizzle chunk depends on the lane only */
-    const int st_key = kw + warp * 16 + 8 * ((lane / 8) & 1), st_q = 8 * (lane / 16) + lane % 8;
-    const uint32_t st_off = (uint32_t)((st_key >> 6) * (BQ * 128) + st_q * 128 + ((((st_key & 63) >> 3) ^ (st_q & 7)) << 4));
+    const uint32_t st_off = fa_b90_ds_offset<BQ>(kw);   /* this thread's dS stores, in either buffer */
     unsigned char *sdq = sDQ + (cw * 4 + warp) * C::NBOX * C::XB;   /* this warp's staging boxes */
 
     float dka[D / 2], dva[D / 2];
@@ -214,10 +211,7 @@ __global__ void __launch_bounds__(384, 1)
             /* dS [query][key] into buffer it % 2 (K-major for dQ = dS K); stored before dK's
                wgmma takes ga as its A operand (PTX leaves reading those registers while the
                wgmma runs undefined) */
-            const uint32_t st_addr = dsaddr + (it & 1) * C::SB + st_off;
-#pragma unroll
-            for (int kk = 0; kk < BQ / 16; kk++)
-                fa_stmatrix_x4_trans(st_addr + kk * 16 * 128, ga[kk][0], ga[kk][1], ga[kk][2], ga[kk][3]);
+            fa_b90_store_ds<BQ>(dsaddr + (it & 1) * C::SB + st_off, ga);
             fa_fence_proxy_async();
             fa_b90_issue_dkdv<T, D, BQ>(dka, dva, pa, ga, qaddr, doaddr, 0);
             /* dQ of the previous tile: both halves of its dS are in buffer (it - 1) % 2 */
