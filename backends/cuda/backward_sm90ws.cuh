@@ -11,9 +11,8 @@
  *     sequence), then walks the block's query tiles (64 rows of one query head of the group)
  *     in the consumers' order: Q and dO by TMA into stage it % ST (the dense layout's rows
  *     past the sequence are outside the tensor map and come as zeros; a varlen tail tile is
- *     copied with zero fill), lse and D rows stored by its lanes (zeros past the sequence).
- *     Each of the 32 lanes arrives on the stage's full barrier after its own writes; lane 0's
- *     arrival also announces the TMA bytes.
+ *     copied with zero fill). Each of the 32 lanes arrives on the stage's full barrier after
+ *     its own copies; lane 0's arrival also announces the TMA bytes.
  *   - warpgroups 1 and 2 take registers (setmaxnreg.inc) and own keys 0-63 and 64-127 of the
  *     block; per query tile, with the products of backward_sm90.cuh:
  *       S^T = K_w Q^T and dP^T = V_w dO^T; P^T computed while dP^T is on the tensor cores;
@@ -23,6 +22,12 @@
  *       once dV and dK are complete; the previous tile's dQ handed to the
  *       tensor-map reduce through the staging boxes; a named barrier over the 256 consumer
  *       threads makes both halves of dS(it) visible.
+ *     The lse and D rows of tile it+1 (zeros past the sequence) are loaded from global
+ *     memory into a register while tile it's dV/dK/dQ products run and stored into buffer
+ *     (it+1) % 2 before that barrier, which orders them before their reads and after the
+ *     reads of tile it-1 (the same buffer). The producer stored them once, in the stage,
+ *     ordered by the mbarriers alone; racecheck reported those stores against the
+ *     consumers' reads, and the producer's global loads delayed its next TMA issue.
  *     dS is double-buffered: dS(it) is written after the barrier of tile it-1, which both
  *     warpgroups pass only after the dQ(it-2) that read the same buffer has completed. No
  *     wgmma is in flight across the loop's back edge (ptxas would serialize them all), and
@@ -56,7 +61,7 @@ template <int D> struct fa_bws_cfg {
     static constexpr int DH = D / 2, NBOX = DH / FA_BWD_SM90_DQ_BOX_COLS;   /* dQ columns per warpgroup, boxes per warp */
     /* byte offsets: the swizzled tiles and the staging boxes (1 KiB multiples) first */
     static constexpr int OK = 0, OV = KB, OQ = 2 * KB, ODO = OQ + ST * QB, ODS = ODO + ST * QB, ODQ = ODS + 2 * SB;
-    static constexpr int OL = ODQ + 8 * NBOX * XB, ODD = OL + ST * BQ * 4, OBAR = ODD + ST * BQ * 4;
+    static constexpr int OL = ODQ + 8 * NBOX * XB, ODD = OL + 2 * BQ * 4, OBAR = ODD + 2 * BQ * 4;   /* lse, D: 2 tiles */
     static constexpr int SMEM = fa_bwd_ws_smem(D);
     static_assert(SMEM == OBAR + 8 * (1 + 2 * ST) + 1024, "kernels.h and the kernel disagree on the shared memory");
     static_assert(D == 64 || D == 128, "head-dim classes 64 and 128");
@@ -147,16 +152,6 @@ __global__ void __launch_bounds__(384, 1)
             const int st = it % ST;
             fa_mbar_wait(empty_q(st), ((it / ST) & 1) ^ 1);
             const int h = hk * G + it / nq, m0 = (mt_lo + it % nq) * BQ;
-            /* lse and D rows (zeros past the sequence: such rows have zero Q and dO rows, so
-               P = 1, dP = 0, dS = 0 and they add nothing) */
-#pragma unroll
-            for (int r = lane; r < BQ; r += 32) {
-                const int i = m0 + r;
-                const bool ok = i < s.sq;
-                const int64_t li = ok ? fa_lse_row(p, s, b, h, i) : 0;
-                sL[st * BQ + r] = ok ? p.lse[li] : 0.f;
-                sDs[st * BQ + r] = ok ? pb.dsum[li] : 0.f;
-            }
             if (s.sq - m0 >= BQ || dense) {
                 tma_two(full_q(st), 2 * C::QB, BQ, sQ + st * C::QB, &tm_q, sdO + st * C::QB, &tm_do, (int)s.q0 + m0, h);
             } else {
@@ -182,7 +177,22 @@ __global__ void __launch_bounds__(384, 1)
     float dka[D / 2], dva[D / 2];
 #pragma unroll
     for (int i = 0; i < D / 2; i++) dka[i] = dva[i] = 0.f;
+    /* the lse (consumer threads 0..BQ-1) or D (BQ..2 BQ-1) row of query tile it; zero past
+       the sequence (such rows have zero Q and dO rows, so P = 1, dP = 0, dS = 0: they add
+       nothing). Both warpgroups load, the first stores (no branch around the loads). */
+    const int lt = (int)(threadIdx.x - 128) % (2 * BQ), lr = lt % BQ;
+    auto lsed_load = [&](int it) -> float {
+        const int h = hk * G + it / nq, i = (mt_lo + it % nq) * BQ + lr;
+        if (it >= iters || i >= s.sq) return 0.f;
+        const int64_t li = fa_lse_row(p, s, b, h, i);
+        return lt < BQ ? p.lse[li] : pb.dsum[li];
+    };
+    auto lsed_store = [&](int it, float x) {
+        if (cw == 0) (lt < BQ ? sL : sDs)[(it & 1) * BQ + lr] = x;
+    };
     if (iters > 0) {
+        lsed_store(0, lsed_load(0));
+        fa_named_sync(1, 256);        /* tile 0's lse and D rows */
         fa_mbar_wait(full_kv, 0);
         /* one query tile; FIRST: tile 0, which has no previous dQ. The first tile is a
            separate instance of the body: a wgmma issued or waited for under a branch makes
@@ -192,7 +202,7 @@ __global__ void __launch_bounds__(384, 1)
             const int st = it % ST;
             const int m0 = (mt_lo + it % nq) * BQ;
             const uint32_t qaddr = fa_smem_u32(sQ + st * C::QB), doaddr = fa_smem_u32(sdO + st * C::QB);
-            const float *cL = sL + st * BQ, *cD = sDs + st * BQ;
+            const float *cL = sL + (it & 1) * BQ, *cD = sDs + (it & 1) * BQ;
             fa_mbar_wait(full_q(st), (it / ST) & 1);
             float sacc[BQ / 2], pacc[BQ / 2];
             fa_b90_issue_sdp<T, D, BN, BQ>(sacc, pacc, kaddr, vaddr, qaddr, doaddr, kw);
@@ -217,6 +227,10 @@ __global__ void __launch_bounds__(384, 1)
             /* dQ of the previous tile: both halves of its dS are in buffer (it - 1) % 2 */
             float qacc[DH / 2];
             if constexpr (!FIRST) fa_b90_issue_dq<T, DH, BN, BQ>(qacc, dsaddr + ((it - 1) & 1) * C::SB, kaddr, cw * DH);
+            /* tile it+1's lse/D row, loaded while the tensor cores work and stored before the
+               barrier; loaded after this tile's last lse/D reads (issued at the tile's start,
+               the load cost 7-10% at d128: the shared-memory reads behind it waited for it) */
+            const float lsed_next = lsed_load(it + 1);
             fa_wgmma_wait<FIRST ? 0 : 1>();   /* dV, dK: stage st no longer read */
 #pragma unroll
             for (int i = 0; i < D / 2; i++) { fa_reg_fence(dka[i]); fa_reg_fence(dva[i]); }
@@ -224,6 +238,10 @@ __global__ void __launch_bounds__(384, 1)
             for (int kk = 0; kk < BQ / 16; kk++)
 #pragma unroll
                 for (int q = 0; q < 4; q++) { fa_reg_fence_u(pa[kk][q]); fa_reg_fence_u(ga[kk][q]); }
+            /* every lane's reads of the stage (lse, D) before lane 0's release: without the
+               warp barrier only lane 0's own reads are ordered before its arrive (racecheck
+               reported the producer's next lse/D writes against the other lanes' reads) */
+            __syncwarp();
             if (lane == 0) fa_mbar_arrive(empty_q(st));
             if constexpr (!FIRST) {
                 fa_wgmma_wait<0>();
@@ -232,7 +250,8 @@ __global__ void __launch_bounds__(384, 1)
                 const int itp = it - 1;
                 fa_b90_dq_out<DH, C::XB>(pb, s, b, hk * G + itp / nq, (mt_lo + itp % nq) * BQ, cw * DH, qacc, sdq, &dq_map, dq_tma);
             }
-            fa_named_sync(1, 256);        /* both halves of dS(it) in shared memory */
+            lsed_store(it + 1, lsed_next);
+            fa_named_sync(1, 256);        /* both halves of dS(it), tile it+1's lse and D in shared memory */
         };
         tile(fa_bool<true>(), 0);
         for (int it = 1; it < iters; it++) tile(fa_bool<false>(), it);

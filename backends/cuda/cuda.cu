@@ -51,8 +51,7 @@ typedef struct {
     int sm90_vdesc;                  /* FA_SM90_VDESC: layout variant of V's descriptor (diagnostic) */
     int use_sm90_bwd;                /* the Hopper backward serves the lean set */
     int use_bws;                     /* ... in its warp-specialized form (backward_sm90ws.cuh),
-                                        d64 and d128; FA_CUDA_BWD=ws only, until measured on a
-                                        GPU */
+                                        d64 and d128 (FA_CUDA_BWD=sm90v1: never) */
     int dq_atomic;                   /* FA_CUDA_DQ=atomic: ... adds dQ with atomics, not the tensor-map reduce */
     int tmap_tried;                  /* the driver's tensor-map encoder looked up (once) */
     void *tmap_encode;               /* cuTensorMapEncodeTiled, or NULL: dQ by atomics */
@@ -126,8 +125,9 @@ static fa_status cuda_init(fa_context *ctx)
     im->force_ws = im->use_ws && fk && !strcmp(fk, "ws");
     const char *fb = getenv("FA_CUDA_BWD");   /* FA_CUDA_BWD=sm80: the sm80 backward always */
     im->use_sm90_bwd = FA_SM90A && im->cc_major == 9 && im->cc_minor == 0 && !(fb && !strcmp(fb, "sm80"));
-    /* FA_CUDA_BWD=ws: the warp-specialized Hopper backward where it serves (d64, d128) */
-    im->use_bws = im->use_sm90_bwd && fb && !strcmp(fb, "ws");
+    /* the warp-specialized Hopper backward where it serves (d64, d128); FA_CUDA_BWD=sm90v1
+       keeps the first Hopper backward there (A/B timing) */
+    im->use_bws = im->use_sm90_bwd && !(fb && !strcmp(fb, "sm90v1"));
     const char *dq = getenv("FA_CUDA_DQ");   /* FA_CUDA_DQ=atomic: the Hopper backward's dQ by atomics */
     im->dq_atomic = dq && !strcmp(dq, "atomic");
     const char *vd = getenv("FA_SM90_VDESC");
@@ -187,7 +187,7 @@ static void cuda_describe(const fa_context *ctx, char *buf, size_t len)
                    "or dropout): 2 warpgroups x 64 keys (d256: both on 64 keys, dK/dV columns split), query "
                    "tiles of 64 rows, the five products on wgmma, dQ added into an fp32 workspace by the "
                    "tensor-map reduce%s\n",
-                   im->use_bws ? "; FA_CUDA_BWD=ws: d64 and d128 warp-specialized (a producer warp loads "
+                   im->use_bws ? "; since then d64 and d128 warp-specialized (a producer warp loads "
                                  "K, V once and Q, dO by TMA into a ring of 3/2 stages with mbarriers, 2 consumer "
                                  "warpgroups with 240 registers, dS double-buffered, one named barrier per query "
                                  "tile)" : "");

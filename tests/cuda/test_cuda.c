@@ -644,15 +644,15 @@ static void run_status_checks(void)
     st = fa_query_backward(cu, &kn, &tq, &tq, &tq, NULL, &tq, &tq, &tq, &tq, &tq, lse, NULL);
     printf("query_backward: %s -> %s\n", fa_status_string(st), st == FA_OK ? kn : fa_last_error(cu));
     result("query_backward names a kernel", st == FA_OK && kn && strstr(kn, "cuda/"), "");
-    {   /* FA_CUDA_BWD=ws on compute capability 9.0: the d64 lean backward is the
-           warp-specialized kernel (a run under that setting tests that kernel, not another) */
+    {   /* compute capability 9.0 (unless FA_CUDA_BWD picks another kernel): the d64 lean
+           backward is the warp-specialized kernel, so the sweep tests that kernel, not another */
         const char *fb = getenv("FA_CUDA_BWD");
         int dev = 0, maj = 0, mnr = 0;
         cudaGetDevice(&dev);
         cudaDeviceGetAttribute(&maj, cudaDevAttrComputeCapabilityMajor, dev);
         cudaDeviceGetAttribute(&mnr, cudaDevAttrComputeCapabilityMinor, dev);
-        if (fb && !strcmp(fb, "ws") && maj == 9 && mnr == 0)
-            result("FA_CUDA_BWD=ws: query_backward names the warp-specialized backward",
+        if (!fb && maj == 9 && mnr == 0)
+            result("cc 9.0: query_backward names the warp-specialized backward",
                    st == FA_OK && kn && strstr(kn, "warp-specialized"), "%s", st == FA_OK ? kn : "");
     }
     st = fa_query_backward(cu, &kn, &d59, &d59, &d59, NULL, &o59, &d59, &d59, &d59, &o59, lse, NULL);
@@ -721,6 +721,12 @@ static void run_san(void)
         run_dense(&g);
         dcase b = { "san", t, 1, 100, 150, 2, 1, d, d, FA_CAUSAL_BOTTOM_RIGHT, 0, 0, 0, 0, 0, 0, i == 0, 0, 0, 0 };
         run_backward(&b, i == 1);
+        if (d <= 128) {   /* more query tiles than the warp-specialized backward's ring has
+                             stages (3 at d64, 2 at d128): the ring wraps, stages are reused */
+            dcase w = b;
+            w.name = "san ring wrap"; w.Sq = 300; w.causal = FA_CAUSAL_NONE; w.sinks = 0;
+            run_backward(&w, 0);
+        }
     }
     dcase dec = { "san decode (split-kv)", FA_BF16, 1, 1, 600, 2, 2, 128, 128, FA_CAUSAL_NONE, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 };
     run_dense(&dec);
