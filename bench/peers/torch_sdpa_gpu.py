@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """torch SDPA (flash = FA2, cuDNN, efficient) on the GPU sweep of PERFORMANCE.md, timed the
-same way as bench/gpu/bench_gpu.c (CUDA events, median of 10 after 3 warm-ups), and the
+same way as bench/gpu/bench_gpu.c (CUDA events, median of 10 after 3 warm-ups, half a second
+of forwards first), and the
 ratios ours/peer when given our CSV.
 Usage: torch_sdpa_gpu.py [--ours ours.csv] [--quick] [--bf16|--fp32] > peers.csv
   --bf16: bf16 cells only; --fp32: the fp32 cells instead (torch's efficient backend is the
@@ -29,6 +30,21 @@ def timeit(fn, warm=3, reps=10):
 backs = [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
          ("efficient", SDPBackend.EFFICIENT_ATTENTION)]
 if fp32: backs = backs[2:]
+# Half a second of bf16 d128 S4k forwards (torch's cuDNN backend) before the first timed
+# cell, as bench_gpu.c runs its own before ours: both sides start from the same heated state
+# (on a cold GPU the first cells ran at higher clocks than ours, measured after its warm-up).
+def burn_in(seconds=0.5):
+    x = torch.randn(4, 16, 4096, 128, device="cuda", dtype=torch.bfloat16)
+    t0, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    t0.record()
+    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION]), torch.no_grad():
+        while True:
+            for _ in range(20): F.scaled_dot_product_attention(x, x, x)
+            e.record(); torch.cuda.synchronize()
+            if t0.elapsed_time(e) >= seconds * 1e3: break
+    del x
+
+burn_in()
 print("who,dir,dtype,d,S,causal,ms,tflops")
 rows = []
 for dt, tn in ((torch.float32, "fp32"),) if fp32 else ((torch.bfloat16, "bf16"), (torch.float16, "fp16")):
