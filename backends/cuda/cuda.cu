@@ -60,6 +60,9 @@ typedef struct {
     cudaEvent_t tickets_done;        /* recorded after each launch that takes tickets ... */
     cudaStream_t tickets_stream;     /* ... on this stream: a launch on another stream of the
                                         context waits for it (one counter, one launch at a time) */
+    cudaMemPool_t pool;              /* the workspaces' memory pool (created at the first
+                                        workspace; NULL: none yet, or creation failed) */
+    int pool_failed;                 /* cudaMemPoolCreate failed: cudaMallocAsync instead */
     char qname[160];
 } cuda_impl;
 
@@ -140,16 +143,55 @@ static fa_status cuda_init(fa_context *ctx)
     return FA_OK;
 }
 
+/* The device resources a context holds: the forward's ticket counter and the workspace
+   pool. A pool with allocations still pending frees itself once they complete. */
+static void release_device(cuda_impl *im)
+{
+    if (!im->tickets && !im->pool) return;
+    cudaSetDevice(im->device);
+    if (im->tickets) {
+        cudaFree(im->tickets);
+        cudaEventDestroy(im->tickets_done);
+        im->tickets = NULL;
+    }
+    if (im->pool) cudaMemPoolDestroy(im->pool);
+    im->pool = NULL;
+    im->pool_failed = 0;
+}
+
 static void cuda_fini(fa_context *ctx)
 {
     cuda_impl *im = IMPL(ctx);
-    if (im && im->tickets) {
-        cudaSetDevice(im->device);
-        cudaFree(im->tickets);
-        cudaEventDestroy(im->tickets_done);
-    }
+    if (im) release_device(im);
     free(ctx->impl);
     ctx->impl = NULL;
+}
+
+/* A workspace of `bytes` on the context's stream, from the context's own memory pool: the
+   pool keeps what it held between calls (release threshold: unlimited), so a call does not
+   map fresh memory. From the device's default pool, whose threshold is 0, every call after a
+   synchronization mapped its workspace again: 0.17-0.27 ms per backward at 16k tokens x
+   2048 on an H200 (S512: 0.76-1.07 ms before, 0.59-0.86 after). The pool is the context's,
+   so the setting does not reach other code in the process; fa_context_destroy frees it. */
+static cudaError_t ws_alloc(cuda_impl *im, void **ws, size_t bytes)
+{
+    if (!im->pool && !im->pool_failed) {
+        cudaMemPoolProps pp;
+        memset(&pp, 0, sizeof pp);
+        pp.allocType = cudaMemAllocationTypePinned;
+        pp.location.type = cudaMemLocationTypeDevice;
+        pp.location.id = im->device;
+        uint64_t keep = UINT64_MAX;
+        if (cudaMemPoolCreate(&im->pool, &pp) != cudaSuccess ||
+            cudaMemPoolSetAttribute(im->pool, cudaMemPoolAttrReleaseThreshold, &keep) != cudaSuccess) {
+            cudaGetLastError();
+            if (im->pool) cudaMemPoolDestroy(im->pool);
+            im->pool = NULL;
+            im->pool_failed = 1;
+        }
+    }
+    if (im->pool) return cudaMallocFromPoolAsync(ws, bytes, im->pool, im->stream);
+    return cudaMallocAsync(ws, bytes, im->stream);
 }
 
 static void cuda_describe(const fa_context *ctx, char *buf, size_t len)
@@ -233,6 +275,13 @@ static fa_status cuda_set_device(fa_context *ctx, int dev)
     cuda_impl tmp = *IMPL(ctx);
     fa_status st = load_device(ctx, &tmp, dev);
     if (st != FA_OK) return st;
+    /* the ticket counter and the pool belong to the old device */
+    cuda_impl *im = IMPL(ctx);
+    const int newdev = tmp.device;
+    tmp.device = im->device;
+    release_device(&tmp);
+    tmp.device = newdev;
+    cudaSetDevice(newdev);
     tmp.stream = 0;   /* a stream belongs to its device */
     *IMPL(ctx) = tmp;
     return FA_OK;
@@ -567,7 +616,7 @@ static fa_status cuda_forward(fa_context *ctx, const fa_problem *p)
     const int64_t rows = p->batch * p->hq * p->q.shape[1];
     if (k.n_splits > 1) {
         size_t bytes = (size_t)k.n_splits * rows * (p->dv + 1) * sizeof(float);
-        e = cudaMallocAsync(&ws, bytes, im->stream);
+        e = ws_alloc(im, &ws, bytes);
         if (e != cudaSuccess) { cudaGetLastError(); return H->set_error(ctx, FA_ERR_NO_MEMORY, "cuda: split-kv workspace of %zu bytes: %s", bytes, cudaGetErrorString(e)); }
         k.o_part = (float *)ws;
         k.lse_part = k.o_part + (size_t)k.n_splits * rows * p->dv;
@@ -762,7 +811,7 @@ static fa_status cuda_backward(fa_context *ctx, const fa_problem *p)
     void *ws = NULL;
     cudaError_t e = cudaSuccess;
     size_t bytes = (size_t)rows * (p->dqk + 1) * sizeof(float) + 16;
-    e = cudaMallocAsync(&ws, bytes, im->stream);
+    e = ws_alloc(im, &ws, bytes);
     if (e != cudaSuccess) { cudaGetLastError(); return H->set_error(ctx, FA_ERR_NO_MEMORY, "cuda: backward workspace of %zu bytes: %s", bytes, cudaGetErrorString(e)); }
     k.dq_acc = (float *)ws;
     k.dsum = k.dq_acc + (size_t)rows * p->dqk;
