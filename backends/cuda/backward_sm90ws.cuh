@@ -34,6 +34,20 @@
  *     no more accumulators are live at once than dK, dV and one of S^T/dP^T or dQ (the
  *     240 registers of a consumer hold no more: dQ issued next to S^T and dP^T spilled);
  *     the last tile's dQ is issued after the loop.
+ *   The DRIFT form (the default at d64) replaces the per-tile barrier over both
+ *   warpgroups, which kept their softmax phases in step (the tensor cores idle through
+ *   both at once), by one-way pairs of named barriers, so one warpgroup can run up to a
+ *   tile ahead of the other:
+ *     - after storing its half of dS(it), warpgroup w arrives on DS(w, it % 2); the other
+ *       syncs on it before issuing dQ(it) (in its tile it+1, or after the loop);
+ *     - after its dQ(it-1) has completed, w arrives on DQ(w, (it-1) % 2) if a tile it+1
+ *       exists; the other syncs on it before storing dS(it+1) into that buffer;
+ *     - each warpgroup keeps its own lse/D copy, ordered by a barrier of its own.
+ *   Every arrival has exactly one matching sync, and a warpgroup cannot arrive twice on
+ *   one barrier before the other has synced (the second arrival needs the other's next
+ *   barrier). On the H200 it ran 1.04-1.14x the per-tile form at d64 and 0.90-0.96x at
+ *   d128, where it spills 252 bytes, some inside the loop (FA_CUDA_BWD=drift forces it
+ *   there, =lockstep turns it off).
  * Stage barriers flip phase at each use: query tile it (the tile's index, not the stage's
  * use count) waits for parity (it / ST) & 1 on stage it % ST;
  * the producer and the consumers walk the same tiles in the same order.
@@ -61,7 +75,7 @@ template <int D> struct fa_bws_cfg {
     static constexpr int DH = D / 2, NBOX = DH / FA_BWD_SM90_DQ_BOX_COLS;   /* dQ columns per warpgroup, boxes per warp */
     /* byte offsets: the swizzled tiles and the staging boxes (1 KiB multiples) first */
     static constexpr int OK = 0, OV = KB, OQ = 2 * KB, ODO = OQ + ST * QB, ODS = ODO + ST * QB, ODQ = ODS + 2 * SB;
-    static constexpr int OL = ODQ + 8 * NBOX * XB, ODD = OL + 2 * BQ * 4, OBAR = ODD + 2 * BQ * 4;   /* lse, D: 2 tiles */
+    static constexpr int OL = ODQ + 8 * NBOX * XB, ODD = OL + 4 * BQ * 4, OBAR = ODD + 4 * BQ * 4;   /* lse, D: 2 tiles x 2 copies */
     static constexpr int SMEM = fa_bwd_ws_smem(D);
     static_assert(SMEM == OBAR + 8 * (1 + 2 * ST) + 1024, "kernels.h and the kernel disagree on the shared memory");
     static_assert(D == 64 || D == 128, "head-dim classes 64 and 128");
@@ -71,7 +85,13 @@ template <int D> struct fa_bws_cfg {
 template <bool B> struct fa_bool { static constexpr bool value = B; };
 __device__ __forceinline__ void fa_named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 
-template <typename T, int D>
+/* Named barriers of the DRIFT form (0: __syncthreads, 1: the consumers' first sync). */
+#define FA_BWS_BAR_DS 2      /* + 2 w + parity: warpgroup w's half of dS(it) is stored     */
+#define FA_BWS_BAR_DQ 6      /* + 2 w + parity: warpgroup w's dQ(it) no longer reads dS    */
+#define FA_BWS_BAR_LOCAL 10  /* + w: warpgroup w's own lse/D copy for the next tile        */
+__device__ __forceinline__ void fa_named_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+
+template <typename T, int D, bool DRIFT>
 __global__ void __launch_bounds__(384, 1)
     fa_bwd_ws_kernel(const fa_cu_bwd pb, const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                      const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
@@ -180,7 +200,10 @@ __global__ void __launch_bounds__(384, 1)
     /* the lse (consumer threads 0..BQ-1) or D (BQ..2 BQ-1) row of query tile it; zero past
        the sequence (such rows have zero Q and dO rows, so P = 1, dP = 0, dS = 0: they add
        nothing). Both warpgroups load, the first stores (no branch around the loads). */
+    /* DRIFT: each warpgroup loads and stores its own copy (its threads 0..2 BQ-1 of 128 hold
+       one row each: 2 BQ = 128) and orders it with a barrier of its own */
     const int lt = (int)(threadIdx.x - 128) % (2 * BQ), lr = lt % BQ;
+    const int lcopy = DRIFT ? cw * 2 * BQ : 0;
     auto lsed_load = [&](int it) -> float {
         const int h = hk * G + it / nq, i = (mt_lo + it % nq) * BQ + lr;
         if (it >= iters || i >= s.sq) return 0.f;
@@ -188,8 +211,9 @@ __global__ void __launch_bounds__(384, 1)
         return lt < BQ ? p.lse[li] : pb.dsum[li];
     };
     auto lsed_store = [&](int it, float x) {
-        if (cw == 0) (lt < BQ ? sL : sDs)[(it & 1) * BQ + lr] = x;
+        if (DRIFT || cw == 0) (lt < BQ ? sL : sDs)[lcopy + (it & 1) * BQ + lr] = x;
     };
+    const int ow = 1 - cw;   /* the other consumer warpgroup */
     if (iters > 0) {
         lsed_store(0, lsed_load(0));
         fa_named_sync(1, 256);        /* tile 0's lse and D rows */
@@ -202,7 +226,7 @@ __global__ void __launch_bounds__(384, 1)
             const int st = it % ST;
             const int m0 = (mt_lo + it % nq) * BQ;
             const uint32_t qaddr = fa_smem_u32(sQ + st * C::QB), doaddr = fa_smem_u32(sdO + st * C::QB);
-            const float *cL = sL + (it & 1) * BQ, *cD = sDs + (it & 1) * BQ;
+            const float *cL = sL + lcopy + (it & 1) * BQ, *cD = sDs + lcopy + (it & 1) * BQ;
             fa_mbar_wait(full_q(st), (it / ST) & 1);
             float sacc[BQ / 2], pacc[BQ / 2];
             fa_b90_issue_sdp<T, D, BN, BQ>(sacc, pacc, kaddr, vaddr, qaddr, doaddr, kw);
@@ -221,11 +245,17 @@ __global__ void __launch_bounds__(384, 1)
             /* dS [query][key] into buffer it % 2 (K-major for dQ = dS K); stored before dK's
                wgmma takes ga as its A operand (PTX leaves reading those registers while the
                wgmma runs undefined) */
+            /* DRIFT: buffer it % 2 last held dS(it-2); the other warpgroup's dQ(it-2) must be
+               done reading it (its own is: program order) */
+            if (DRIFT && it >= 2) fa_named_sync(FA_BWS_BAR_DQ + 2 * ow + (it & 1), 256);
             fa_b90_store_ds<BQ>(dsaddr + (it & 1) * C::SB + st_off, ga);
             fa_fence_proxy_async();
+            if constexpr (DRIFT) fa_named_arrive(FA_BWS_BAR_DS + 2 * cw + (it & 1), 256);
             fa_b90_issue_dkdv<T, D, BQ>(dka, dva, pa, ga, qaddr, doaddr, 0);
-            /* dQ of the previous tile: both halves of its dS are in buffer (it - 1) % 2 */
+            /* dQ of the previous tile: both halves of its dS are in buffer (it - 1) % 2 (DRIFT:
+               the other warpgroup's half is announced by its barrier) */
             float qacc[DH / 2];
+            if constexpr (DRIFT && !FIRST) fa_named_sync(FA_BWS_BAR_DS + 2 * ow + ((it - 1) & 1), 256);
             if constexpr (!FIRST) fa_b90_issue_dq<T, DH, BN, BQ>(qacc, dsaddr + ((it - 1) & 1) * C::SB, kaddr, cw * DH);
             /* tile it+1's lse/D row, loaded while the tensor cores work and stored before the
                barrier; loaded after this tile's last lse/D reads (issued at the tile's start,
@@ -238,26 +268,31 @@ __global__ void __launch_bounds__(384, 1)
             for (int kk = 0; kk < BQ / 16; kk++)
 #pragma unroll
                 for (int q = 0; q < 4; q++) { fa_reg_fence_u(pa[kk][q]); fa_reg_fence_u(ga[kk][q]); }
-            /* every lane's reads of the stage (lse, D) before lane 0's release: without the
-               warp barrier only lane 0's own reads are ordered before its arrive (racecheck
-               reported the producer's next lse/D writes against the other lanes' reads) */
+            /* every lane past the wait for dV/dK (the stage's last reader) before lane 0's
+               release */
             __syncwarp();
             if (lane == 0) fa_mbar_arrive(empty_q(st));
             if constexpr (!FIRST) {
                 fa_wgmma_wait<0>();
 #pragma unroll
                 for (int i = 0; i < DH / 2; i++) fa_reg_fence(qacc[i]);
+                /* DRIFT: dQ(it-1) has read buffer (it - 1) % 2; the other warpgroup waits for
+                   this before storing dS(it+1) there (only if there is a tile it+1: every
+                   arrival is matched by a sync) */
+                if (DRIFT && it + 1 < iters) fa_named_arrive(FA_BWS_BAR_DQ + 2 * cw + ((it - 1) & 1), 256);
                 const int itp = it - 1;
                 fa_b90_dq_out<DH, C::XB>(pb, s, b, hk * G + itp / nq, (mt_lo + itp % nq) * BQ, cw * DH, qacc, sdq, &dq_map, dq_tma);
             }
             lsed_store(it + 1, lsed_next);
-            fa_named_sync(1, 256);        /* both halves of dS(it), tile it+1's lse and D in shared memory */
+            if constexpr (DRIFT) fa_named_sync(FA_BWS_BAR_LOCAL + cw, 128);   /* this warpgroup's lse/D(it+1) */
+            else fa_named_sync(1, 256);   /* both halves of dS(it), tile it+1's lse and D in shared memory */
         };
         tile(fa_bool<true>(), 0);
         for (int it = 1; it < iters; it++) tile(fa_bool<false>(), it);
         /* the last tile's dQ */
         const int itl = iters - 1, h_prev = hk * G + itl / nq, m0_prev = (mt_lo + itl % nq) * BQ;
         float qacc[DH / 2];
+        if constexpr (DRIFT) fa_named_sync(FA_BWS_BAR_DS + 2 * ow + ((iters - 1) & 1), 256);
         fa_b90_issue_dq<T, DH, BN, BQ>(qacc, dsaddr + ((iters - 1) & 1) * C::SB, kaddr, cw * DH);
         fa_wgmma_wait<0>();
 #pragma unroll
@@ -270,23 +305,25 @@ __global__ void __launch_bounds__(384, 1)
 #endif
 }
 
-/* maps: the CUtensorMaps of q, k, v and dout (cuda.cu); dq_map: as for fa_bwd_sm90_launch. */
+/* maps: the CUtensorMaps of q, k, v and dout (cuda.cu); dq_map: as for fa_bwd_sm90_launch;
+   drift: the DRIFT form. */
 template <typename T, int D>
-cudaError_t fa_bwd_ws_launch(const fa_cu_bwd &p, int64_t blocks, cudaStream_t st, const void *maps, const void *dq_map)
+cudaError_t fa_bwd_ws_launch(const fa_cu_bwd &p, int64_t blocks, cudaStream_t st, const void *maps, const void *dq_map, int drift)
 {
     typedef fa_bws_cfg<D> C;
-    cudaError_t e = cudaFuncSetAttribute(fa_bwd_ws_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
+    auto kern = drift ? fa_bwd_ws_kernel<T, D, true> : fa_bwd_ws_kernel<T, D, false>;
+    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
     if (e != cudaSuccess) return e;
     CUtensorMap m[4], dqm;
     memcpy(m, maps, sizeof m);
     if (dq_map) memcpy(&dqm, dq_map, sizeof dqm);
     else memset(&dqm, 0, sizeof dqm);
-    fa_bwd_ws_kernel<T, D><<<(unsigned)blocks, C::NT, C::SMEM, st>>>(p, m[0], m[1], m[2], m[3], dqm, dq_map != NULL);
+    kern<<<(unsigned)blocks, C::NT, C::SMEM, st>>>(p, m[0], m[1], m[2], m[3], dqm, dq_map != NULL);
     return cudaGetLastError();
 }
 
 #define FA_BWD_WS_INSTANTIATE(D) \
-    template cudaError_t fa_bwd_ws_launch<__half, D>(const fa_cu_bwd &, int64_t, cudaStream_t, const void *, const void *); \
-    template cudaError_t fa_bwd_ws_launch<__nv_bfloat16, D>(const fa_cu_bwd &, int64_t, cudaStream_t, const void *, const void *);
+    template cudaError_t fa_bwd_ws_launch<__half, D>(const fa_cu_bwd &, int64_t, cudaStream_t, const void *, const void *, int); \
+    template cudaError_t fa_bwd_ws_launch<__nv_bfloat16, D>(const fa_cu_bwd &, int64_t, cudaStream_t, const void *, const void *, int);
 
 #endif /* FA_CUDA_BACKWARD_SM90WS_CUH */

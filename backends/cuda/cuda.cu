@@ -52,6 +52,8 @@ typedef struct {
     int use_sm90_bwd;                /* the Hopper backward serves the lean set */
     int use_bws;                     /* ... in its warp-specialized form (backward_sm90ws.cuh),
                                         d64 and d128 (FA_CUDA_BWD=sm90v1: never) */
+    int bws_drift;                   /* its DRIFT form (the two consumer warpgroups synchronize
+                                        pairwise, not per tile): 1 d64, 2 d64 and d128, 0 none */
     int dq_atomic;                   /* FA_CUDA_DQ=atomic: ... adds dQ with atomics, not the tensor-map reduce */
     int tmap_tried;                  /* the driver's tensor-map encoder looked up (once) */
     void *tmap_encode;               /* cuTensorMapEncodeTiled, or NULL: dQ by atomics */
@@ -131,6 +133,9 @@ static fa_status cuda_init(fa_context *ctx)
     /* the warp-specialized Hopper backward where it serves (d64, d128); FA_CUDA_BWD=sm90v1
        keeps the first Hopper backward there (A/B timing) */
     im->use_bws = im->use_sm90_bwd && !(fb && !strcmp(fb, "sm90v1"));
+    /* its DRIFT form: d64 (1.04-1.14x the lockstep form on the H200); d128 with
+       FA_CUDA_BWD=drift (0.90-0.96x: spills in its loop); FA_CUDA_BWD=lockstep: never */
+    im->bws_drift = !im->use_bws ? 0 : fb && !strcmp(fb, "drift") ? 2 : fb && !strcmp(fb, "lockstep") ? 0 : 1;
     const char *dq = getenv("FA_CUDA_DQ");   /* FA_CUDA_DQ=atomic: the Hopper backward's dQ by atomics */
     im->dq_atomic = dq && !strcmp(dq, "atomic");
     const char *vd = getenv("FA_SM90_VDESC");
@@ -228,11 +233,15 @@ static void cuda_describe(const fa_context *ctx, char *buf, size_t len)
                    "backward on this chip: cuda/sm90 wgmma kernel for the lean set (no softcap, ALiBi, bias "
                    "or dropout): 2 warpgroups x 64 keys (d256: both on 64 keys, dK/dV columns split), query "
                    "tiles of 64 rows, the five products on wgmma, dQ added into an fp32 workspace by the "
-                   "tensor-map reduce%s\n",
+                   "tensor-map reduce%s%s\n",
                    im->use_bws ? "; since then d64 and d128 warp-specialized (a producer warp loads "
                                  "K, V once and Q, dO by TMA into a ring of 3/2 stages with mbarriers, 2 consumer "
                                  "warpgroups with 240 registers, dS double-buffered, one named barrier per query "
-                                 "tile)" : "");
+                                 "tile)" : "",
+                   im->bws_drift == 2 ? "; drift form at d64 and d128 (the consumer warpgroups meet by "
+                                        "one-way barrier pairs, up to a tile apart)"
+                   : im->bws_drift == 1 ? "; drift form at d64 (the consumer warpgroups meet by one-way "
+                                          "barrier pairs, up to a tile apart)" : "");
     H->appendf(buf, len,
                "split-kv: when batch*heads*ceil(Sq/128) < %d SMs (decode), keys are split over up to "
                "%d blocks and merged by the combine kernel\n", im->sms, FA_CU_MAX_PARTS);
@@ -740,8 +749,9 @@ static fa_status bwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_bwd *k, in
                  fa_f32_bwd_bq(*D), p->deterministic ? " deterministic" : "");
     else if (*path == BWD_SM90WS)
         snprintf(im->qname, sizeof im->qname,
-                 "cuda/sm90 bwd %s d%d wgmma %dx%d tma warp-specialized 1 producer + 2 consumer warpgroups%s",
-                 dtname(p->q.dtype), *D, FA_BWD_WS_BN, FA_BWD_SM90_BQ, p->deterministic ? " deterministic" : "");
+                 "cuda/sm90 bwd %s d%d wgmma %dx%d tma warp-specialized 1 producer + 2 consumer warpgroups%s%s",
+                 dtname(p->q.dtype), *D, FA_BWD_WS_BN, FA_BWD_SM90_BQ, im->bws_drift >= (*D <= 64 ? 1 : 2) ? " drift" : "",
+                 p->deterministic ? " deterministic" : "");
     else if (*path == BWD_SM90)
         snprintf(im->qname, sizeof im->qname, "cuda/sm90 bwd %s d%d wgmma %dx%d 2 warpgroups%s%s", dtname(p->q.dtype), *D,
                  fa_bwd_sm90_bn(*D), FA_BWD_SM90_BQ, *D > 128 ? " dK/dV columns split" : "",
@@ -837,9 +847,9 @@ static fa_status cuda_backward(fa_context *ctx, const fa_problem *p)
 #if FA_SM90A
         if (path == BWD_SM90WS) {
             if (D == 64)
-                e = bf ? fa_bwd_ws_launch<__nv_bfloat16, 64>(k, lb, im->stream, maps, dq_map) : fa_bwd_ws_launch<__half, 64>(k, lb, im->stream, maps, dq_map);
+                e = bf ? fa_bwd_ws_launch<__nv_bfloat16, 64>(k, lb, im->stream, maps, dq_map, im->bws_drift >= 1) : fa_bwd_ws_launch<__half, 64>(k, lb, im->stream, maps, dq_map, im->bws_drift >= 1);
             else
-                e = bf ? fa_bwd_ws_launch<__nv_bfloat16, 128>(k, lb, im->stream, maps, dq_map) : fa_bwd_ws_launch<__half, 128>(k, lb, im->stream, maps, dq_map);
+                e = bf ? fa_bwd_ws_launch<__nv_bfloat16, 128>(k, lb, im->stream, maps, dq_map, im->bws_drift >= 2) : fa_bwd_ws_launch<__half, 128>(k, lb, im->stream, maps, dq_map, im->bws_drift >= 2);
             continue;
         }
         if (path == BWD_SM90) {

@@ -87,16 +87,16 @@ static constexpr inline int fa_bwd_sm90_smem(int D)
    classes 64 and 128, the lean feature set, dense and varlen layouts. maps: the CUtensorMaps
    of q, k, v and dout (boxes of 64 columns x 64 query rows or 128 key rows), dq_map as for
    fa_bwd_sm90_launch (NULL: per-element atomics). */
-template <typename T, int D> cudaError_t fa_bwd_ws_launch(const fa_cu_bwd &p, int64_t blocks, cudaStream_t st, const void *maps, const void *dq_map);
+template <typename T, int D> cudaError_t fa_bwd_ws_launch(const fa_cu_bwd &p, int64_t blocks, cudaStream_t st, const void *maps, const void *dq_map, int drift);
 #define FA_BWD_WS_NT 384
 #define FA_BWD_WS_BN 128
 static constexpr inline int fa_bwd_ws_stages(int D) { return D <= 64 ? 3 : 2; }
 /* K, V [128][D]; Q and dO [64][D] per stage; dS [64][128] x 2; the dQ staging boxes (64 x D
-   fp32); lse and D rows of two query tiles; barriers: K/V full, Q full and empty per stage. */
+   fp32); lse and D rows of two query tiles, two copies; barriers: K/V full, Q full and empty per stage. */
 static constexpr inline int fa_bwd_ws_smem(int D)
 {
     return 2 * FA_BWD_WS_BN * D * 2 + 2 * fa_bwd_ws_stages(D) * FA_BWD_SM90_BQ * D * 2 + 2 * FA_BWD_SM90_BQ * FA_BWD_WS_BN * 2 +
-           FA_BWD_SM90_BQ * D * 4 + 2 * 2 * FA_BWD_SM90_BQ * 4 + 8 * (1 + 2 * fa_bwd_ws_stages(D)) + 1024;
+           FA_BWD_SM90_BQ * D * 4 + 2 * 4 * FA_BWD_SM90_BQ * 4 + 8 * (1 + 2 * fa_bwd_ws_stages(D)) + 1024;
 }
 
 /* backward_sm80_dNNN.cu: the dK/dV/dQ kernel of head-dim class D (one block = 64 keys of one
