@@ -7,6 +7,9 @@ Usage: peers_fwd.py NEW.csv GENERAL.csv [--prev PREV.csv] [--bf16] > peers_fwd.c
 import sys, statistics, torch
 from torch.nn.attention import sdpa_kernel, SDPBackend
 import torch.nn.functional as F
+import os
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "peers"))
+from burn_in import burn_in
 
 def load(path):
     r = {}
@@ -28,20 +31,6 @@ def timeit(fn, warm=3, reps=10):
     return statistics.median(ts)
 
 backs = [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)]
-# Half a second of bf16 d128 S4k forwards (torch's cuDNN backend) before the first timed
-# cell, as bench_gpu.c runs its own before ours: both sides start from the same heated state
-# (on a cold GPU the first cells ran at higher clocks than ours, measured after its warm-up).
-def burn_in(seconds=0.5):
-    x = torch.randn(4, 16, 4096, 128, device="cuda", dtype=torch.bfloat16)
-    t0, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    t0.record()
-    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION]), torch.no_grad():
-        while True:
-            for _ in range(20): F.scaled_dot_product_attention(x, x, x)
-            e.record(); torch.cuda.synchronize()
-            if t0.elapsed_time(e) >= seconds * 1e3: break
-    del x
-
 burn_in()
 print("who,dir,dtype,d,S,causal,ms,tflops")
 peer = {}

@@ -9,6 +9,9 @@ Usage: torch_sdpa_gpu.py [--ours ours.csv] [--quick] [--bf16|--fp32] > peers.csv
 import sys, statistics, torch
 from torch.nn.attention import sdpa_kernel, SDPBackend
 import torch.nn.functional as F
+import os
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from burn_in import burn_in
 
 quick = "--quick" in sys.argv
 bf16_only = "--bf16" in sys.argv
@@ -30,20 +33,6 @@ def timeit(fn, warm=3, reps=10):
 backs = [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
          ("efficient", SDPBackend.EFFICIENT_ATTENTION)]
 if fp32: backs = backs[2:]
-# Half a second of bf16 d128 S4k forwards (torch's cuDNN backend) before the first timed
-# cell, as bench_gpu.c runs its own before ours: both sides start from the same heated state
-# (on a cold GPU the first cells ran at higher clocks than ours, measured after its warm-up).
-def burn_in(seconds=0.5):
-    x = torch.randn(4, 16, 4096, 128, device="cuda", dtype=torch.bfloat16)
-    t0, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    t0.record()
-    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION]), torch.no_grad():
-        while True:
-            for _ in range(20): F.scaled_dot_product_attention(x, x, x)
-            e.record(); torch.cuda.synchronize()
-            if t0.elapsed_time(e) >= seconds * 1e3: break
-    del x
-
 burn_in()
 print("who,dir,dtype,d,S,causal,ms,tflops")
 rows = []
