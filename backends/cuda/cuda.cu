@@ -76,6 +76,30 @@ static fa_status cuda_err(const fa_context *ctx, cudaError_t e, const char *what
                         cudaGetErrorString(e));
 }
 
+/* The kernel families this device runs, from its compute capability and the A/B knobs
+   (at context creation and at every fa_context_set_device). */
+static void dispatch_flags(cuda_impl *im)
+{
+    const char *fk = getenv("FA_CUDA_FWD");
+    im->force_general = fk && !strcmp(fk, "general");
+    /* The wgmma forward exists only in builds that compiled sm_90a code (FA_SM90A) and runs
+       only on compute capability 9.0 exactly (sm_90a code does not run on later chips);
+       FA_CUDA_FWD=sm80 keeps the sm80 kernels there (A/B timing). */
+    im->use_sm90 = FA_SM90A && im->cc_major == 9 && im->cc_minor == 0 && !(fk && (!strcmp(fk, "sm80") || im->force_general));
+    /* FA_CUDA_FWD=sm90v1: the first Hopper forward (cp.async by every thread, block
+       barriers) instead of the warp-specialized one (A/B timing) */
+    im->use_ws = im->use_sm90 && !(fk && !strcmp(fk, "sm90v1"));
+    im->force_ws = im->use_ws && fk && !strcmp(fk, "ws");
+    const char *fb = getenv("FA_CUDA_BWD");   /* FA_CUDA_BWD=sm80: the sm80 backward always */
+    im->use_sm90_bwd = FA_SM90A && im->cc_major == 9 && im->cc_minor == 0 && !(fb && !strcmp(fb, "sm80"));
+    /* the warp-specialized Hopper backward where it serves (d64, d128); FA_CUDA_BWD=sm90v1
+       keeps the first Hopper backward there (A/B timing) */
+    im->use_bws = im->use_sm90_bwd && !(fb && !strcmp(fb, "sm90v1"));
+    /* its DRIFT form: d64 (1.04-1.14x the lockstep form on the H200); d128 with
+       FA_CUDA_BWD=drift (0.90-0.96x: spills in its loop); FA_CUDA_BWD=lockstep: never */
+    im->bws_drift = !im->use_bws ? 0 : fb && !strcmp(fb, "drift") ? 2 : fb && !strcmp(fb, "lockstep") ? 0 : 1;
+}
+
 static fa_status load_device(fa_context *ctx, cuda_impl *im, int dev)
 {
     cudaDeviceProp pr;
@@ -100,6 +124,7 @@ static fa_status load_device(fa_context *ctx, cuda_impl *im, int dev)
     im->smem_optin = (int)pr.sharedMemPerBlockOptin;
     im->l2 = pr.l2CacheSize;
     im->mem = pr.totalGlobalMem;
+    dispatch_flags(im);
     return FA_OK;
 }
 
@@ -118,24 +143,6 @@ static fa_status cuda_init(fa_context *ctx)
     if (st != FA_OK) { free(im); return st; }
     const char *dbg = getenv("FA_DEBUG");
     im->debug = dbg && !strcmp(dbg, "1");
-    const char *fk = getenv("FA_CUDA_FWD");
-    im->force_general = fk && !strcmp(fk, "general");
-    /* The wgmma forward exists only in builds that compiled sm_90a code (FA_SM90A) and runs
-       only on compute capability 9.0 exactly (sm_90a code does not run on later chips);
-       FA_CUDA_FWD=sm80 keeps the sm80 kernels there (A/B timing). */
-    im->use_sm90 = FA_SM90A && im->cc_major == 9 && im->cc_minor == 0 && !(fk && (!strcmp(fk, "sm80") || im->force_general));
-    /* FA_CUDA_FWD=sm90v1: the first Hopper forward (cp.async by every thread, block
-       barriers) instead of the warp-specialized one (A/B timing) */
-    im->use_ws = im->use_sm90 && !(fk && !strcmp(fk, "sm90v1"));
-    im->force_ws = im->use_ws && fk && !strcmp(fk, "ws");
-    const char *fb = getenv("FA_CUDA_BWD");   /* FA_CUDA_BWD=sm80: the sm80 backward always */
-    im->use_sm90_bwd = FA_SM90A && im->cc_major == 9 && im->cc_minor == 0 && !(fb && !strcmp(fb, "sm80"));
-    /* the warp-specialized Hopper backward where it serves (d64, d128); FA_CUDA_BWD=sm90v1
-       keeps the first Hopper backward there (A/B timing) */
-    im->use_bws = im->use_sm90_bwd && !(fb && !strcmp(fb, "sm90v1"));
-    /* its DRIFT form: d64 (1.04-1.14x the lockstep form on the H200); d128 with
-       FA_CUDA_BWD=drift (0.90-0.96x: spills in its loop); FA_CUDA_BWD=lockstep: never */
-    im->bws_drift = !im->use_bws ? 0 : fb && !strcmp(fb, "drift") ? 2 : fb && !strcmp(fb, "lockstep") ? 0 : 1;
     const char *dq = getenv("FA_CUDA_DQ");   /* FA_CUDA_DQ=atomic: the Hopper backward's dQ by atomics */
     im->dq_atomic = dq && !strcmp(dq, "atomic");
     const char *vd = getenv("FA_SM90_VDESC");
@@ -153,6 +160,8 @@ static fa_status cuda_init(fa_context *ctx)
 static void release_device(cuda_impl *im)
 {
     if (!im->tickets && !im->pool) return;
+    int cur = -1;
+    if (cudaGetDevice(&cur) != cudaSuccess) cur = -1;
     cudaSetDevice(im->device);
     if (im->tickets) {
         cudaFree(im->tickets);
@@ -162,6 +171,8 @@ static void release_device(cuda_impl *im)
     if (im->pool) cudaMemPoolDestroy(im->pool);
     im->pool = NULL;
     im->pool_failed = 0;
+    if (cur >= 0) cudaSetDevice(cur);
+    cudaGetLastError();   /* nothing left for the caller's next error check */
 }
 
 static void cuda_fini(fa_context *ctx)
@@ -177,7 +188,8 @@ static void cuda_fini(fa_context *ctx)
    map fresh memory. From the device's default pool, whose threshold is 0, every call after a
    synchronization mapped its workspace again: 0.17-0.27 ms per backward at 16k tokens x
    2048 on an H200 (S512: 0.76-1.07 ms before, 0.59-0.86 after). The pool is the context's,
-   so the setting does not reach other code in the process; fa_context_destroy frees it. */
+   so the setting does not reach other code in the process; fa_context_destroy frees it, and
+   a failed allocation trims it and tries once more. */
 static cudaError_t ws_alloc(cuda_impl *im, void **ws, size_t bytes)
 {
     if (!im->pool && !im->pool_failed) {
@@ -195,8 +207,16 @@ static cudaError_t ws_alloc(cuda_impl *im, void **ws, size_t bytes)
             im->pool_failed = 1;
         }
     }
-    if (im->pool) return cudaMallocFromPoolAsync(ws, bytes, im->pool, im->stream);
-    return cudaMallocAsync(ws, bytes, im->stream);
+    if (!im->pool) return cudaMallocAsync(ws, bytes, im->stream);
+    cudaError_t e = cudaMallocFromPoolAsync(ws, bytes, im->pool, im->stream);
+    if (e == cudaErrorMemoryAllocation) {
+        /* what the pool keeps and no call uses goes back to the device, then one retry */
+        cudaGetLastError();
+        cudaStreamSynchronize(im->stream);
+        cudaMemPoolTrimTo(im->pool, 0);
+        e = cudaMallocFromPoolAsync(ws, bytes, im->pool, im->stream);
+    }
+    return e;
 }
 
 static void cuda_describe(const fa_context *ctx, char *buf, size_t len)
