@@ -46,8 +46,9 @@
  *   Every arrival has exactly one matching sync, and a warpgroup cannot arrive twice on
  *   one barrier before the other has synced (the second arrival needs the other's next
  *   barrier). On the H200 it ran 1.04-1.14x the per-tile form at d64 and 0.90-0.96x at
- *   d128, where it spills 252 bytes, some inside the loop (FA_CUDA_BWD=drift forces it
- *   there, =lockstep turns it off).
+ *   d128, where it then spilled 252 bytes, some inside the loop (now 52, as the per-tile
+ *   form; not yet measured again), so it is not the default there (FA_CUDA_BWD=drift
+ *   forces it there, =lockstep turns it off).
  * Stage barriers flip phase at each use: query tile it (the tile's index, not the stage's
  * use count) waits for parity (it / ST) & 1 on stage it % ST;
  * the producer and the consumers walk the same tiles in the same order.
@@ -203,7 +204,10 @@ __global__ void __launch_bounds__(384, 1)
     /* DRIFT: each warpgroup loads and stores its own copy (its threads 0..2 BQ-1 of 128 hold
        one row each: 2 BQ = 128) and orders it with a barrier of its own */
     const int lt = (int)(threadIdx.x - 128) % (2 * BQ), lr = lt % BQ;
-    const int lcopy = DRIFT ? cw * 2 * BQ : 0;
+    /* (threadIdx.x >> 8 is cw for the consumers; written from cw, the offset cost the d128
+       DRIFT form 252 bytes of spills, 16 LDL.64 of them at the top of its loop; written
+       this way, 52 bytes and 2 LDL in the loop, as the lockstep form) */
+    const int lcopy = DRIFT ? (int)(threadIdx.x >> 8) * 2 * BQ : 0;
     auto lsed_load = [&](int it) -> float {
         const int h = hk * G + it / nq, i = (mt_lo + it % nq) * BQ + lr;
         if (it >= iters || i >= s.sq) return 0.f;
