@@ -23,7 +23,7 @@ FA_CUDA_HDR = backends/cuda/backward_sm90ws.cuh backends/cuda/forward_sm90ws.cuh
 EXTRA_DIST += $(FA_CUDA_SRC) $(FA_CUDA_SM90_SRC) $(FA_CUDA_HDR) backends/cuda/gen_wgmma.py backends/cuda/nvcc-lt.sh backends/cuda/NEEDS.md \
 	tests/cuda/test_cuda.c bench/gpu/bench_gpu.c bench/gpu/run-on-gpu.sh bench/gpu/README.md \
 	bench/gpu/fwd-ab.sh bench/gpu/ws-ab.sh bench/gpu/bwd-ab.sh bench/gpu/bwd-parts.sh bench/gpu/peers_fwd.py \
-	bench/peers/torch_sdpa_gpu.py bench/peers/burn_in.py
+	bench/peers/torch_sdpa_gpu.py bench/peers/burn_in.py bench/peers/median_ratios.py bench/gpu/sweep-rounds.sh
 
 SUFFIXES = .cu
 FA_NVCCFLAGS_COMMON = -std=c++17 -O3 --compiler-options=-fvisibility=hidden \
