@@ -1,12 +1,13 @@
 /* backward_aux.cu - the backward's small memory-bound kernels around fa_bwd_kernel:
- *   pre:  D_i = rowsum(dO_i * O_i) (fp32) and dq_acc rows = 0, one warp per row;
+ *   pre:  D_i = rowsum(dO_i * O_i) (fp32), one warp per row (dq_acc is zeroed by the
+ *         caller, cuda.cu, with cudaMemsetAsync over the whole workspace);
  *   post: dq = scale * dq_acc in dq's dtype, one warp per row;
  *   dsinks[h] = -sum_i exp(sink_h - lse_i) * D_i, one block per head, summed in a fixed
  *         order (bitwise reproducible). Rows past a sequence (varlen) are never touched.
  * pre and post have vector forms for fp16/bf16 rows of multiples of 8 elements on 16-byte
  * boundaries (what training calls pass): 16-byte loads and stores, a row over a segment of
- * lanes, several rows per warp, dq_acc zeroed by cudaMemsetAsync. At 16k tokens x 2048 on
- * an H200 the scalar forms took 160-190 us (pre) and 86-110 us (post), 28-46% of the
+ * lanes, several rows per warp. At 16k tokens x 2048 on an H200 the scalar forms (pre then
+ * also zeroing dq_acc row by row) took 160-190 us (pre) and 86-110 us (post), 28-46% of the
  * memory bandwidth: a third of a 512-key backward.
  */
 #include <math.h>
@@ -31,8 +32,6 @@ __global__ void __launch_bounds__(32 * FA_AUX_ROWS) fa_bwd_pre_kernel(const fa_c
     for (int o = 16; o; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
     const int64_t li = fa_lse_row(p, s, b, h, i);
     if (lane == 0) pb.dsum[li] = d;
-    float *q = pb.dq_acc + li * p.dqk;
-    for (int c = lane; c < p.dqk; c += 32) q[c] = 0.f;
 }
 
 __global__ void __launch_bounds__(32 * FA_AUX_ROWS) fa_bwd_post_kernel(const fa_cu_bwd pb)
@@ -191,10 +190,6 @@ cudaError_t fa_bwd_pre_launch(const fa_cu_bwd &p, cudaStream_t st)
     const fa_cu_fwd &f = p.f;
     if (p.dtype == f.out_dtype && fa_vec_rows(p.dout, p.dtype, f.dv, p.do_sb, p.do_ss, p.do_sh) &&
         fa_vec_rows(f.out, f.out_dtype, f.dv, f.o_sb, f.o_ss, f.o_sh)) {
-        /* dq_acc's rows, in the lse layout: the workspace up to dsum */
-        const int64_t rows = f.layout == FA_CU_VARLEN ? (int64_t)f.hq * f.total_q : (int64_t)f.batch * f.hq * f.sq;
-        cudaError_t e = cudaMemsetAsync(p.dq_acc, 0, (size_t)rows * f.dqk * sizeof(float), st);
-        if (e != cudaSuccess) return e;
         const int lg = fa_vec_lg(f.dv);
         if (p.dtype == FA_CU_BF16) fa_bwd_pre_vec_kernel<__nv_bfloat16><<<fa_vec_grid(p, lg), FA_VEC_NT, 0, st>>>(p, lg);
         else fa_bwd_pre_vec_kernel<__half><<<fa_vec_grid(p, lg), FA_VEC_NT, 0, st>>>(p, lg);

@@ -100,6 +100,12 @@ static void dispatch_flags(cuda_impl *im)
     im->bws_drift = !im->use_bws ? 0 : fb && !strcmp(fb, "drift") ? 2 : fb && !strcmp(fb, "lockstep") ? 0 : 1;
 }
 
+/* Whether the warp-specialized backward runs its DRIFT form at head-dim class D */
+static int bws_drift_at(const cuda_impl *im, int D)
+{
+    return im->bws_drift >= (D <= 64 ? 1 : 2);
+}
+
 static fa_status load_device(fa_context *ctx, cuda_impl *im, int dev)
 {
     cudaDeviceProp pr;
@@ -253,15 +259,14 @@ static void cuda_describe(const fa_context *ctx, char *buf, size_t len)
                    "backward on this chip: cuda/sm90 wgmma kernel for the lean set (no softcap, ALiBi, bias "
                    "or dropout): 2 warpgroups x 64 keys (d256: both on 64 keys, dK/dV columns split), query "
                    "tiles of 64 rows, the five products on wgmma, dQ added into an fp32 workspace by the "
-                   "tensor-map reduce%s%s\n",
+                   "tensor-map reduce%s%s%s%s\n",
                    im->use_bws ? "; since then d64 and d128 warp-specialized (a producer warp loads "
                                  "K, V once and Q, dO by TMA into a ring of 3/2 stages with mbarriers, 2 consumer "
                                  "warpgroups with 240 registers, dS double-buffered, one named barrier per query "
                                  "tile)" : "",
-                   im->bws_drift == 2 ? "; drift form at d64 and d128 (the consumer warpgroups meet by "
-                                        "one-way barrier pairs, up to a tile apart)"
-                   : im->bws_drift == 1 ? "; drift form at d64 (the consumer warpgroups meet by one-way "
-                                          "barrier pairs, up to a tile apart)" : "");
+                   im->bws_drift ? "; drift form at " : "",
+                   im->bws_drift ? (im->bws_drift == 2 ? "d64 and d128" : "d64") : "",
+                   im->bws_drift ? " (the consumer warpgroups meet by one-way barrier pairs, up to a tile apart)" : "");
     H->appendf(buf, len,
                "split-kv: when batch*heads*ceil(Sq/128) < %d SMs (decode), keys are split over up to "
                "%d blocks and merged by the combine kernel\n", im->sms, FA_CU_MAX_PARTS);
@@ -301,16 +306,12 @@ static fa_status cuda_set_device(fa_context *ctx, int dev)
         cudaGetLastError();
         return H->set_error(ctx, FA_ERR_INVALID_ARG, "fa_context_set_device: device=%d but %d CUDA devices", dev, n);
     }
+    /* the ticket counter and the pool belong to the old device; the next call that needs
+       them creates them on the device in use */
+    release_device(IMPL(ctx));
     cuda_impl tmp = *IMPL(ctx);
     fa_status st = load_device(ctx, &tmp, dev);
     if (st != FA_OK) return st;
-    /* the ticket counter and the pool belong to the old device */
-    cuda_impl *im = IMPL(ctx);
-    const int newdev = tmp.device;
-    tmp.device = im->device;
-    release_device(&tmp);
-    tmp.device = newdev;
-    cudaSetDevice(newdev);
     tmp.stream = 0;   /* a stream belongs to its device */
     *IMPL(ctx) = tmp;
     return FA_OK;
@@ -770,7 +771,7 @@ static fa_status bwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_bwd *k, in
     else if (*path == BWD_SM90WS)
         snprintf(im->qname, sizeof im->qname,
                  "cuda/sm90 bwd %s d%d wgmma %dx%d tma warp-specialized 1 producer + 2 consumer warpgroups%s%s",
-                 dtname(p->q.dtype), *D, FA_BWD_WS_BN, FA_BWD_SM90_BQ, im->bws_drift >= (*D <= 64 ? 1 : 2) ? " drift" : "",
+                 dtname(p->q.dtype), *D, FA_BWD_WS_BN, FA_BWD_SM90_BQ, bws_drift_at(im, *D) ? " drift" : "",
                  p->deterministic ? " deterministic" : "");
     else if (*path == BWD_SM90)
         snprintf(im->qname, sizeof im->qname, "cuda/sm90 bwd %s d%d wgmma %dx%d 2 warpgroups%s%s", dtname(p->q.dtype), *D,
@@ -845,7 +846,8 @@ static fa_status cuda_backward(fa_context *ctx, const fa_problem *p)
     if (e != cudaSuccess) { cudaGetLastError(); return H->set_error(ctx, FA_ERR_NO_MEMORY, "cuda: backward workspace of %zu bytes: %s", bytes, cudaGetErrorString(e)); }
     k.dq_acc = (float *)ws;
     k.dsum = k.dq_acc + (size_t)rows * p->dqk;
-    e = fa_bwd_pre_launch(k, im->stream);
+    e = cudaMemsetAsync(k.dq_acc, 0, (size_t)rows * p->dqk * sizeof(float), im->stream);   /* dQ adds into it */
+    if (e == cudaSuccess) e = fa_bwd_pre_launch(k, im->stream);
     const bool bf = p->q.dtype == FA_BF16;
     /* deterministic: one launch per KV tile, so that every dQ element gets at most one
        atomic add per launch and the adds come in launch order */
@@ -866,10 +868,11 @@ static fa_status cuda_backward(fa_context *ctx, const fa_problem *p)
         }
 #if FA_SM90A
         if (path == BWD_SM90WS) {
+            const int dr = bws_drift_at(im, D);
             if (D == 64)
-                e = bf ? fa_bwd_ws_launch<__nv_bfloat16, 64>(k, lb, im->stream, maps, dq_map, im->bws_drift >= 1) : fa_bwd_ws_launch<__half, 64>(k, lb, im->stream, maps, dq_map, im->bws_drift >= 1);
+                e = bf ? fa_bwd_ws_launch<__nv_bfloat16, 64>(k, lb, im->stream, maps, dq_map, dr) : fa_bwd_ws_launch<__half, 64>(k, lb, im->stream, maps, dq_map, dr);
             else
-                e = bf ? fa_bwd_ws_launch<__nv_bfloat16, 128>(k, lb, im->stream, maps, dq_map, im->bws_drift >= 2) : fa_bwd_ws_launch<__half, 128>(k, lb, im->stream, maps, dq_map, im->bws_drift >= 2);
+                e = bf ? fa_bwd_ws_launch<__nv_bfloat16, 128>(k, lb, im->stream, maps, dq_map, dr) : fa_bwd_ws_launch<__half, 128>(k, lb, im->stream, maps, dq_map, dr);
             continue;
         }
         if (path == BWD_SM90) {

@@ -110,7 +110,7 @@ static inline bool fa_bwd_lean(const fa_cu_bwd &p)
 /* Dynamic shared memory of the backward kernel of class D: K, V tiles [64][D], Q and dO
    tiles [64][D] double-buffered, dS [64][64], lse and D rows (2 x 2 x 64 floats). */
 static inline int fa_bwd_smem(int D) { return (2 * 64 * D + 4 * 64 * D + 64 * 64) * 2 + 4 * 64 * 4; }
-/* backward_aux.cu: D = rowsum(dO*O) and dq_acc = 0 (pre), dq = scale*dq_acc (post),
+/* backward_aux.cu: D = rowsum(dO*O) (pre; the caller zeroes dq_acc), dq = scale*dq_acc (post),
    dsinks (fixed-order reduction: deterministic). */
 cudaError_t fa_bwd_pre_launch(const fa_cu_bwd &p, cudaStream_t st);
 cudaError_t fa_bwd_post_launch(const fa_cu_bwd &p, cudaStream_t st);

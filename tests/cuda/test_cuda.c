@@ -728,8 +728,9 @@ static void run_san(void)
         run_dense(&g);
         dcase b = { "san", t, 1, 100, 150, 2, 1, d, d, FA_CAUSAL_BOTTOM_RIGHT, 0, 0, 0, 0, 0, 0, i == 0, 0, 0, 0 };
         run_backward(&b, i == 1);
-        if (d <= 128) {   /* more query tiles than the warp-specialized backward's ring has
-                             stages (3 at d64, 2 at d128): the ring wraps, stages are reused */
+        if (d <= 128) {   /* 10 query tiles per block (the case above has 4): the warp-specialized
+                             backward's stage ring (3 stages at d64, 2 at d128) and the drift
+                             form's barrier parities go round several times */
             dcase w = b;
             w.name = "san ring wrap"; w.Sq = 300; w.causal = FA_CAUSAL_NONE; w.sinks = 0;
             run_backward(&w, 0);
