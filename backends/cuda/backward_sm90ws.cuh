@@ -45,10 +45,9 @@
  *     - each warpgroup keeps its own lse/D copy, ordered by a barrier of its own.
  *   Every arrival has exactly one matching sync, and a warpgroup cannot arrive twice on
  *   one barrier before the other has synced (the second arrival needs the other's next
- *   barrier). On the H200 it ran 1.04-1.14x the per-tile form at d64 and 0.90-0.96x at
- *   d128, where it then spilled 252 bytes, some inside the loop (now 52, as the per-tile
- *   form; not yet measured again), so it is not the default there (FA_CUDA_BWD=drift
- *   forces it there, =lockstep turns it off).
+ *   barrier). On the H200 it runs 1.04-1.14x the per-tile form at d64 and 1.05-1.18x at
+ *   d128 (once its d128 spills in the loop were gone), so it is the default at both
+ *   (FA_CUDA_BWD=lockstep turns it off).
  * Stage barriers flip phase at each use: query tile it (the tile's index, not the stage's
  * use count) waits for parity (it / ST) & 1 on stage it % ST;
  * the producer and the consumers walk the same tiles in the same order.

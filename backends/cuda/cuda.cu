@@ -45,15 +45,17 @@ typedef struct {
     int f32_simt;                    /* FA_CUDA_F32=simt: the fp32-FMA forward always (A/B runs) */
     int use_sm90;                    /* the Hopper forward (forward_sm90.cuh) serves the fast set */
     int use_ws;                      /* ... and its warp-specialized form (forward_sm90ws.cuh)
-                                        all but paged caches and d64 calls of <= 1024 keys
-                                        (FA_CUDA_FWD=sm90v1: never; =ws: always) */
-    int force_ws;
+                                        all but paged caches (FA_CUDA_FWD=sm90v1: never) */
+    int ws_bn;                       /* FA_CUDA_WS_BN: the warp-specialized forward's KV tile
+                                        width where compiled for the head dim, -1 ("alt"):
+                                        fa_fwd_ws_bn_alt where > 0 (A/B timing); 0:
+                                        fwd_ws_bn's choice */
     int sm90_vdesc;                  /* FA_SM90_VDESC: layout variant of V's descriptor (diagnostic) */
     int use_sm90_bwd;                /* the Hopper backward serves the lean set */
     int use_bws;                     /* ... in its warp-specialized form (backward_sm90ws.cuh),
                                         d64 and d128 (FA_CUDA_BWD=sm90v1: never) */
     int bws_drift;                   /* its DRIFT form (the two consumer warpgroups synchronize
-                                        pairwise, not per tile): 1 d64, 2 d64 and d128, 0 none */
+                                        pairwise, not per tile) */
     int dq_atomic;                   /* FA_CUDA_DQ=atomic: ... adds dQ with atomics, not the tensor-map reduce */
     int tmap_tried;                  /* the driver's tensor-map encoder looked up (once) */
     void *tmap_encode;               /* cuTensorMapEncodeTiled, or NULL: dQ by atomics */
@@ -89,21 +91,28 @@ static void dispatch_flags(cuda_impl *im)
     /* FA_CUDA_FWD=sm90v1: the first Hopper forward (cp.async by every thread, block
        barriers) instead of the warp-specialized one (A/B timing) */
     im->use_ws = im->use_sm90 && !(fk && !strcmp(fk, "sm90v1"));
-    im->force_ws = im->use_ws && fk && !strcmp(fk, "ws");
+    const char *wb = getenv("FA_CUDA_WS_BN");
+    im->ws_bn = !wb ? 0 : !strcmp(wb, "alt") ? -1 : atoi(wb);
     const char *fb = getenv("FA_CUDA_BWD");   /* FA_CUDA_BWD=sm80: the sm80 backward always */
     im->use_sm90_bwd = FA_SM90A && im->cc_major == 9 && im->cc_minor == 0 && !(fb && !strcmp(fb, "sm80"));
     /* the warp-specialized Hopper backward where it serves (d64, d128); FA_CUDA_BWD=sm90v1
        keeps the first Hopper backward there (A/B timing) */
     im->use_bws = im->use_sm90_bwd && !(fb && !strcmp(fb, "sm90v1"));
-    /* its DRIFT form: d64 (1.04-1.14x the lockstep form on the H200); d128 with
-       FA_CUDA_BWD=drift (0.90-0.96x: spills in its loop); FA_CUDA_BWD=lockstep: never */
-    im->bws_drift = !im->use_bws ? 0 : fb && !strcmp(fb, "drift") ? 2 : fb && !strcmp(fb, "lockstep") ? 0 : 1;
+    /* its DRIFT form (1.04-1.14x the lockstep form at d64, 1.05-1.18x at d128 on the H200;
+       bench/NOTES.md); FA_CUDA_BWD=lockstep: never */
+    im->bws_drift = im->use_bws && !(fb && !strcmp(fb, "lockstep"));
 }
 
-/* Whether the warp-specialized backward runs its DRIFT form at head-dim class D */
-static int bws_drift_at(const cuda_impl *im, int D)
+/* The warp-specialized forward's KV tile width for problem p at head-dim class D: one of
+   the two widths compiled (kernels.h) */
+static int fwd_ws_bn(const cuda_impl *im, int D, const fa_problem *p)
 {
-    return im->bws_drift >= (D <= 64 ? 1 : 2);
+    if (im->ws_bn > 0 && (im->ws_bn == fa_fwd_ws_bn(D) || im->ws_bn == fa_fwd_ws_bn_alt(D))) return im->ws_bn;
+    if (im->ws_bn < 0 && fa_fwd_ws_bn_alt(D) > 0) return fa_fwd_ws_bn_alt(D);
+    /* d64: 128-key tiles up to 2048 keys (1.04-1.15x the 192-key ones at 512-1024 keys, even
+       at 2048; 0.95-0.98x from 4096 on; bench/NOTES.md) */
+    if (D == 64 && p->max_sk <= 2048) return fa_fwd_ws_bn_alt(D);
+    return fa_fwd_ws_bn(D);
 }
 
 static fa_status load_device(fa_context *ctx, cuda_impl *im, int dev)
@@ -249,9 +258,9 @@ static void cuda_describe(const fa_context *ctx, char *buf, size_t len)
                    "kernel's feature set: 2 warpgroups x 64 query rows, tiles 128 x 128 (d256: 128 x 64), "
                    "Q, K, V in 128-byte swizzled shared memory, K/V double-buffered with cp.async, "
                    "S = Q K^T and O += P V on wgmma (P from registers)%s\n",
-                   im->use_ws ? "; since then warp-specialized for every layout but paged caches (and d64 with "
-                                "<= 1024 keys): a producer warp loads Q, K, V by TMA into a ring of 3/3/2 stages "
-                                "(d64/d128/d256; tiles 128 x 192/128/80) with mbarriers, 2 consumer warpgroups "
+                   im->use_ws ? "; since then warp-specialized for every layout but paged caches: a "
+                                "producer warp loads Q, K, V by TMA into a ring of 3/3/2 stages (d64/d128/d256; "
+                                "tiles 128 x 192/128/80, d64 with <= 2048 keys 128 x 128) with mbarriers, 2 consumer warpgroups "
                                 "(setmaxnreg 232 registers, producer 40), persistent grid of one block per SM, "
                                 "query tiles of a head in descending order" : "");
     if (im->use_sm90_bwd)
@@ -259,13 +268,12 @@ static void cuda_describe(const fa_context *ctx, char *buf, size_t len)
                    "backward on this chip: cuda/sm90 wgmma kernel for the lean set (no softcap, ALiBi, bias "
                    "or dropout): 2 warpgroups x 64 keys (d256: both on 64 keys, dK/dV columns split), query "
                    "tiles of 64 rows, the five products on wgmma, dQ added into an fp32 workspace by the "
-                   "tensor-map reduce%s%s%s%s\n",
+                   "tensor-map reduce%s%s%s\n",
                    im->use_bws ? "; since then d64 and d128 warp-specialized (a producer warp loads "
                                  "K, V once and Q, dO by TMA into a ring of 3/2 stages with mbarriers, 2 consumer "
                                  "warpgroups with 240 registers, dS double-buffered, one named barrier per query "
                                  "tile)" : "",
-                   im->bws_drift ? "; drift form at " : "",
-                   im->bws_drift ? (im->bws_drift == 2 ? "d64 and d128" : "d64") : "",
+                   im->bws_drift ? "; both in the drift form" : "",
                    im->bws_drift ? " (the consumer warpgroups meet by one-way barrier pairs, up to a tile apart)" : "");
     H->appendf(buf, len,
                "split-kv: when batch*heads*ceil(Sq/128) < %d SMs (decode), keys are split over up to "
@@ -388,12 +396,10 @@ static fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, in
                               : fa_fwd_fast_smem(*D) > im->smem_optin ? "shared memory" : NULL;
     if (!f32) *fast = general_why == NULL ? FWD_FAST : FWD_GENERAL;
     if (*fast == FWD_FAST && im->use_sm90 && fa_fwd_sm90_smem(*D) <= im->smem_optin) *fast = FWD_SM90;
-    /* The warp-specialized forward, except for paged caches and for head-dim class 64 with
-       at most 1024 keys, where the first Hopper forward (2 blocks per SM, 64-key tiles) was
-       measured faster (the warp-specialized one at 0.92-0.99x of it at S 512-1k, 1.03-1.05x
-       at 2k; bench/NOTES.md) */
-    if (*fast == FWD_SM90 && im->use_ws && !p->block_table && fa_fwd_ws_smem(*D) <= im->smem_optin &&
-        (im->force_ws || *D > 64 || p->max_sk > 1024))
+    /* The warp-specialized forward, except for paged caches (at d64 and <= 2048 keys with
+       128-key tiles: 1.04-1.15x the first Hopper forward at 512-1024 keys; bench/NOTES.md) */
+    const int wsbn = fwd_ws_bn(im, *D, p);
+    if (*fast == FWD_SM90 && im->use_ws && !p->block_table && fa_fwd_ws_smem(*D, wsbn) <= im->smem_optin)
         *fast = FWD_SM90WS;
     if (*fast == FWD_GENERAL && fa_fwd_smem(*D) > im->smem_optin)
         return H->set_error(ctx, FA_ERR_UNSUPPORTED,
@@ -472,7 +478,7 @@ static fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, in
     else if (*fast == FWD_SM90WS)
         snprintf(im->qname, sizeof im->qname,
                  "cuda/sm90 fwd %s d%d wgmma %dx%d tma warp-specialized 1 producer + 2 consumer warpgroups persistent%s",
-                 dtname(p->q.dtype), *D, bm, fa_fwd_ws_bn(*D), splits > 1 ? " split-kv" : "");
+                 dtname(p->q.dtype), *D, bm, wsbn, splits > 1 ? " split-kv" : "");
     else if (*fast == FWD_SM90)
         snprintf(im->qname, sizeof im->qname, "cuda/sm90 fwd %s d%d wgmma %dx%d 2 warpgroups%s%s", dtname(p->q.dtype), *D,
                  bm, fa_fwd_sm90_bn(*D), im->use_ws && p->block_table ? " (paged cache)" : "",
@@ -603,10 +609,11 @@ static fa_status cuda_forward(fa_context *ctx, const fa_problem *p)
     if ((st = check_pointers(ctx, p)) != FA_OK) return st;
     cudaSetDevice(im->device);
     if (im->debug && (st = debug_check(ctx, p)) != FA_OK) return st;
+    const int bn = fwd_ws_bn(im, D, p);   /* the warp-specialized forward's KV tile width */
 #if FA_SM90A
     CUtensorMap maps[3];
     if (fast == FWD_SM90WS) {
-        const int vl = p->layout == FA_LAYOUT_VARLEN, bn = fa_fwd_ws_bn(D);
+        const int vl = p->layout == FA_LAYOUT_VARLEN;
         if (!qkv_tensor_map(im, &maps[0], &p->q, p->dqk, vl, FA_FWD_SM90_BM) ||
             !qkv_tensor_map(im, &maps[1], &p->k, p->dqk, vl, bn) || !qkv_tensor_map(im, &maps[2], &p->v, p->dv, vl, bn)) {
             H->verbose(ctx, "cuda: the driver could not encode the tensor maps of q/k/v: the first sm90 forward instead");
@@ -637,7 +644,7 @@ static fa_status cuda_forward(fa_context *ctx, const fa_problem *p)
                fast == FWD_F32_TF32 ? FA_TF32_NT : fast == FWD_F32_SIMT ? FA_F32_NT : fast == FWD_SM90 ? FA_FWD_SM90_NT
                : fast == FWD_SM90WS ? FA_FWD_WS_NT : fast == FWD_FAST ? FA_FWD_FAST_NT : 256,
                fast == FWD_F32_TF32 ? fa_tf32_fwd_smem(D) : fast == FWD_F32_SIMT ? fa_f32_fwd_smem(D)
-               : fast == FWD_SM90 ? fa_fwd_sm90_smem(D) : fast == FWD_SM90WS ? fa_fwd_ws_smem(D)
+               : fast == FWD_SM90 ? fa_fwd_sm90_smem(D) : fast == FWD_SM90WS ? fa_fwd_ws_smem(D, bn)
                : fast == FWD_FAST ? fa_fwd_fast_smem(D) : fa_fwd_smem(D),
                fast == FWD_SM90WS ? ", persistent over the work tiles" : "");
     if (blocks == 0 || p->hq == 0 || p->batch == 0) return FA_OK;
@@ -663,9 +670,9 @@ static fa_status cuda_forward(fa_context *ctx, const fa_problem *p)
         const int g = (int)grid;
         int *const tk = tickets ? im->tickets : NULL;
         switch (D) {
-        case 64: e = bf ? fa_fwd_ws_launch<__nv_bfloat16, 64>(k, blocks, g, maps, tk, im->stream) : fa_fwd_ws_launch<__half, 64>(k, blocks, g, maps, tk, im->stream); break;
-        case 128: e = bf ? fa_fwd_ws_launch<__nv_bfloat16, 128>(k, blocks, g, maps, tk, im->stream) : fa_fwd_ws_launch<__half, 128>(k, blocks, g, maps, tk, im->stream); break;
-        default: e = bf ? fa_fwd_ws_launch<__nv_bfloat16, 256>(k, blocks, g, maps, tk, im->stream) : fa_fwd_ws_launch<__half, 256>(k, blocks, g, maps, tk, im->stream); break;
+        case 64: e = bf ? fa_fwd_ws_launch<__nv_bfloat16, 64>(k, blocks, g, maps, tk, bn, im->stream) : fa_fwd_ws_launch<__half, 64>(k, blocks, g, maps, tk, bn, im->stream); break;
+        case 128: e = bf ? fa_fwd_ws_launch<__nv_bfloat16, 128>(k, blocks, g, maps, tk, bn, im->stream) : fa_fwd_ws_launch<__half, 128>(k, blocks, g, maps, tk, bn, im->stream); break;
+        default: e = bf ? fa_fwd_ws_launch<__nv_bfloat16, 256>(k, blocks, g, maps, tk, bn, im->stream) : fa_fwd_ws_launch<__half, 256>(k, blocks, g, maps, tk, bn, im->stream); break;
         }
         if (tickets && e == cudaSuccess) {
             cudaEventRecord(im->tickets_done, im->stream);
@@ -771,7 +778,7 @@ static fa_status bwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_bwd *k, in
     else if (*path == BWD_SM90WS)
         snprintf(im->qname, sizeof im->qname,
                  "cuda/sm90 bwd %s d%d wgmma %dx%d tma warp-specialized 1 producer + 2 consumer warpgroups%s%s",
-                 dtname(p->q.dtype), *D, FA_BWD_WS_BN, FA_BWD_SM90_BQ, bws_drift_at(im, *D) ? " drift" : "",
+                 dtname(p->q.dtype), *D, FA_BWD_WS_BN, FA_BWD_SM90_BQ, im->bws_drift ? " drift" : "",
                  p->deterministic ? " deterministic" : "");
     else if (*path == BWD_SM90)
         snprintf(im->qname, sizeof im->qname, "cuda/sm90 bwd %s d%d wgmma %dx%d 2 warpgroups%s%s", dtname(p->q.dtype), *D,
@@ -868,7 +875,7 @@ static fa_status cuda_backward(fa_context *ctx, const fa_problem *p)
         }
 #if FA_SM90A
         if (path == BWD_SM90WS) {
-            const int dr = bws_drift_at(im, D);
+            const int dr = im->bws_drift;
             if (D == 64)
                 e = bf ? fa_bwd_ws_launch<__nv_bfloat16, 64>(k, lb, im->stream, maps, dq_map, dr) : fa_bwd_ws_launch<__half, 64>(k, lb, im->stream, maps, dq_map, dr);
             else

@@ -47,12 +47,12 @@
 #define FA_WS_PRODUCER_REGS 40
 #define FA_WS_CONSUMER_REGS 232   /* 128 x 40 + 256 x 232 = 384 x 168, the launch allocation */
 
-template <int D> struct fa_ws_cfg {
-    static constexpr int BM = 128, BN = fa_fwd_ws_bn(D), ST = fa_fwd_ws_stages(D), NT = 384;
+template <int D, int BN_> struct fa_ws_cfg {
+    static constexpr int BM = 128, BN = BN_, ST = fa_fwd_ws_stages(D, BN_), NT = 384;
     static constexpr int QB = BM * D * 2, KB = BN * D * 2;
     static constexpr int BAR = QB + 2 * ST * KB;         /* barriers after the tiles, then the tile ring */
-    static constexpr int SMEM = fa_fwd_ws_smem(D);
-    static_assert(SMEM == BAR + 8 * (6 + 4 * ST) + 1024, "kernels.h and the kernel disagree on the shared memory");
+    static constexpr int SMEM = fa_fwd_ws_smem(D, BN_);
+    static_assert(SMEM == BAR + 8 * (4 * ST + 7) + 1024, "kernels.h and the kernel disagree on the shared memory");
 };
 
 /* ---- mbarrier and TMA ------------------------------------------------------------------ */
@@ -99,14 +99,14 @@ __device__ __forceinline__ bool fa_ws_block(const fa_cu_fwd &p, fa_fwd_block &fb
     return fa_fwd_block_at<BM, BN>(p, fb, (int64_t)(t - mb) + (p.m_blocks - 1 - mb));
 }
 
-template <typename T, int D>
+template <typename T, int D, int BN_>
 __global__ void __launch_bounds__(384, 1)
     fa_fwd_ws_kernel(const fa_cu_fwd p, const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                      const __grid_constant__ CUtensorMap tm_v, const int ntiles, int *const tickets, const uint32_t v_lbo,
                      const uint32_t v_sbo)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    typedef fa_ws_cfg<D> C;
+    typedef fa_ws_cfg<D, BN_> C;
     constexpr int BM = C::BM, BN = C::BN, ST = C::ST;
     extern __shared__ __align__(1024) unsigned char fa_smem_raw[];
     unsigned char *smem = fa_align1024(fa_smem_raw);
@@ -300,22 +300,35 @@ __global__ void __launch_bounds__(384, 1)
 #endif
 }
 
-/* maps[3]: the tensor maps of q, k and v (CUtensorMap, made by the host: cuda.cu);
-   tickets: a device int that is 0 (each launch leaves it 0 again). */
-template <typename T, int D>
-cudaError_t fa_fwd_ws_launch(const fa_cu_fwd &p, int64_t tiles, int grid, const void *maps, int *tickets, cudaStream_t st)
+template <typename T, int D, int BN>
+static cudaError_t fa_fwd_ws_launch_bn(const fa_cu_fwd &p, int64_t tiles, int grid, const CUtensorMap (&m)[3], int *tickets,
+                                       cudaStream_t st)
 {
-    typedef fa_ws_cfg<D> C;
-    cudaError_t e = cudaFuncSetAttribute(fa_fwd_ws_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
+    typedef fa_ws_cfg<D, BN> C;
+    cudaError_t e = cudaFuncSetAttribute(fa_fwd_ws_kernel<T, D, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
     if (e != cudaSuccess) return e;
-    CUtensorMap m[3];
-    memcpy(m, maps, sizeof m);
-    fa_fwd_ws_kernel<T, D><<<(unsigned)grid, C::NT, C::SMEM, st>>>(p, m[0], m[1], m[2], (int)tiles, tickets, C::BN * 128, 1024);
+    fa_fwd_ws_kernel<T, D, BN><<<(unsigned)grid, C::NT, C::SMEM, st>>>(p, m[0], m[1], m[2], (int)tiles, tickets, BN * 128, 1024);
     return cudaGetLastError();
 }
 
+/* maps[3]: the tensor maps of q, k and v (CUtensorMap, made by the host: cuda.cu, with
+   boxes of bn K/V rows); tickets: a device int that is 0 (each launch leaves it 0 again);
+   bn: one of the KV tile widths compiled for D (kernels.h), others cudaErrorInvalidValue. */
+template <typename T, int D>
+cudaError_t fa_fwd_ws_launch(const fa_cu_fwd &p, int64_t tiles, int grid, const void *maps, int *tickets, int bn,
+                             cudaStream_t st)
+{
+    CUtensorMap m[3];
+    memcpy(m, maps, sizeof m);
+    if (bn == fa_fwd_ws_bn(D)) return fa_fwd_ws_launch_bn<T, D, fa_fwd_ws_bn(D)>(p, tiles, grid, m, tickets, st);
+    if (fa_fwd_ws_bn_alt(D) > 0 && bn == fa_fwd_ws_bn_alt(D))
+        return fa_fwd_ws_launch_bn<T, D, (fa_fwd_ws_bn_alt(D) > 0 ? fa_fwd_ws_bn_alt(D) : fa_fwd_ws_bn(D))>(p, tiles, grid, m,
+                                                                                                         tickets, st);
+    return cudaErrorInvalidValue;
+}
+
 #define FA_FWD_WS_INSTANTIATE(D) \
-    template cudaError_t fa_fwd_ws_launch<__half, D>(const fa_cu_fwd &, int64_t, int, const void *, int *, cudaStream_t); \
-    template cudaError_t fa_fwd_ws_launch<__nv_bfloat16, D>(const fa_cu_fwd &, int64_t, int, const void *, int *, cudaStream_t);
+    template cudaError_t fa_fwd_ws_launch<__half, D>(const fa_cu_fwd &, int64_t, int, const void *, int *, int, cudaStream_t); \
+    template cudaError_t fa_fwd_ws_launch<__nv_bfloat16, D>(const fa_cu_fwd &, int64_t, int, const void *, int *, int, cudaStream_t);
 
 #endif /* FA_CUDA_FORWARD_SM90WS_CUH */

@@ -48,12 +48,16 @@ static constexpr inline int fa_fwd_sm90_smem(int D) { return (128 + 4 * fa_fwd_s
    grid of `grid` blocks over `tiles` work tiles); maps = the tensor maps of q, k and v
    (3 CUtensorMap); tickets = a device int that is 0 before and after each launch (the
    tile counter). Same feature set as forward_sm90.cuh, paged KV caches excepted. */
-template <typename T, int D> cudaError_t fa_fwd_ws_launch(const fa_cu_fwd &p, int64_t tiles, int grid, const void *maps, int *tickets, cudaStream_t st);
+template <typename T, int D>
+cudaError_t fa_fwd_ws_launch(const fa_cu_fwd &p, int64_t tiles, int grid, const void *maps, int *tickets, int bn, cudaStream_t st);
+/* The KV tile widths compiled: fa_fwd_ws_bn(D) and, where > 0, fa_fwd_ws_bn_alt(D) (d64:
+   128, for sequences of up to 2048 keys). cuda.cu picks one per call (fwd_ws_bn). */
 static constexpr inline int fa_fwd_ws_bn(int D) { return D >= 256 ? 80 : D > 64 ? 128 : 192; }
-static constexpr inline int fa_fwd_ws_stages(int D) { return D <= 128 ? 3 : 2; }
-static constexpr inline int fa_fwd_ws_smem(int D)
+static constexpr inline int fa_fwd_ws_bn_alt(int D) { return D > 64 ? 0 : 128; }
+static constexpr inline int fa_fwd_ws_stages(int D, int BN) { return BN * D <= 128 * 128 ? 3 : 2; }
+static constexpr inline int fa_fwd_ws_smem(int D, int BN)
 {
-    return (128 + 2 * fa_fwd_ws_stages(D) * fa_fwd_ws_bn(D)) * D * 2 + 8 * (6 + 4 * fa_fwd_ws_stages(D)) + 1024;
+    return (128 + 2 * fa_fwd_ws_stages(D, BN) * BN) * D * 2 + 8 * (4 * fa_fwd_ws_stages(D, BN) + 7) + 1024;
 }
 #define FA_FWD_WS_NT 384
 
