@@ -46,10 +46,10 @@ typedef struct {
     int use_sm90;                    /* the Hopper forward (forward_sm90.cuh) serves the fast set */
     int use_ws;                      /* ... and its warp-specialized form (forward_sm90ws.cuh)
                                         all but paged caches (FA_CUDA_FWD=sm90v1: never) */
-    int ws_bn;                       /* FA_CUDA_WS_BN: the warp-specialized forward's KV tile
-                                        width where compiled for the head dim, -1 ("alt"):
-                                        fa_fwd_ws_bn_alt where > 0 (A/B timing); 0:
-                                        fwd_ws_bn's choice */
+    int ws_bn, ws_bm;                /* FA_CUDA_WS_BN / FA_CUDA_WS_BM: the warp-specialized
+                                        forward's KV tile width / query rows where compiled
+                                        for the head dim (A/B timing); 0: fwd_ws_tile's
+                                        choice; BN -1 ("alt"): fa_fwd_ws_bn_alt */
     int sm90_vdesc;                  /* FA_SM90_VDESC: layout variant of V's descriptor (diagnostic) */
     int use_sm90_bwd;                /* the Hopper backward serves the lean set */
     int use_bws;                     /* ... in its warp-specialized form (backward_sm90ws.cuh),
@@ -93,6 +93,8 @@ static void dispatch_flags(cuda_impl *im)
     im->use_ws = im->use_sm90 && !(fk && !strcmp(fk, "sm90v1"));
     const char *wb = getenv("FA_CUDA_WS_BN");
     im->ws_bn = !wb ? 0 : !strcmp(wb, "alt") ? -1 : atoi(wb);
+    const char *wm = getenv("FA_CUDA_WS_BM");
+    im->ws_bm = wm ? atoi(wm) : 0;
     const char *fb = getenv("FA_CUDA_BWD");   /* FA_CUDA_BWD=sm80: the sm80 backward always */
     im->use_sm90_bwd = FA_SM90A && im->cc_major == 9 && im->cc_minor == 0 && !(fb && !strcmp(fb, "sm80"));
     /* the warp-specialized Hopper backward where it serves (d64, d128); FA_CUDA_BWD=sm90v1
@@ -103,16 +105,27 @@ static void dispatch_flags(cuda_impl *im)
     im->bws_drift = im->use_bws && !(fb && !strcmp(fb, "lockstep"));
 }
 
-/* The warp-specialized forward's KV tile width for problem p at head-dim class D: one of
-   the two widths compiled (kernels.h) */
-static int fwd_ws_bn(const cuda_impl *im, int D, const fa_problem *p)
+/* The warp-specialized forward's tile for problem p at head-dim class D: *bm query rows x
+   *bn keys, one of the tiles compiled (kernels.h: fa_fwd_ws_has) */
+static void fwd_ws_tile(const cuda_impl *im, int D, const fa_problem *p, int *bm, int *bn)
 {
-    if (im->ws_bn > 0 && (im->ws_bn == fa_fwd_ws_bn(D) || im->ws_bn == fa_fwd_ws_bn_alt(D))) return im->ws_bn;
-    if (im->ws_bn < 0 && fa_fwd_ws_bn_alt(D) > 0) return fa_fwd_ws_bn_alt(D);
     /* d64: 128-key tiles up to 2048 keys (1.04-1.15x the 192-key ones at 512-1024 keys, even
        at 2048; 0.95-0.98x from 4096 on; bench/NOTES.md) */
-    if (D == 64 && p->max_sk <= 2048) return fa_fwd_ws_bn_alt(D);
-    return fa_fwd_ws_bn(D);
+    *bn = D == 64 && p->max_sk <= 2048 ? fa_fwd_ws_bn_alt(D) : fa_fwd_ws_bn(D);
+    *bm = 128;
+    /* d64 without causal mask or window, from 512 queries: 192 query rows (3 consumer
+       warpgroups) x 128 keys, 1.08-1.15x the two-warpgroup tiles at 512-16k keys; under a
+       causal mask 0.96-1.04x (more of each diagonal tile is masked), so not there */
+    const int masked = p->window_left >= 0 || p->window_right >= 0;   /* causal is a window */
+    if (fa_fwd_ws_bm_alt(D) > 0 && !masked && p->max_sq >= 512) {
+        *bm = fa_fwd_ws_bm_alt(D);
+        *bn = fa_fwd_ws_bn_alt(D);
+    }
+    /* the A/B knobs, where the tile they ask for is compiled */
+    if (im->ws_bn < 0 && fa_fwd_ws_bn_alt(D) > 0) *bn = fa_fwd_ws_bn_alt(D);
+    if (im->ws_bn > 0 && fa_fwd_ws_has(D, 128, im->ws_bn)) *bn = im->ws_bn;
+    if (im->ws_bm > 0) *bm = im->ws_bm;
+    if (!fa_fwd_ws_has(D, *bm, *bn)) *bm = 128;
 }
 
 static fa_status load_device(fa_context *ctx, cuda_impl *im, int dev)
@@ -261,7 +274,9 @@ static void cuda_describe(const fa_context *ctx, char *buf, size_t len)
                    im->use_ws ? "; since then warp-specialized for every layout but paged caches: a "
                                 "producer warp loads Q, K, V by TMA into a ring of 3/3/2 stages (d64/d128/d256; "
                                 "tiles 128 x 192/128/80, d64 with <= 2048 keys 128 x 128) with mbarriers, 2 consumer warpgroups "
-                                "(setmaxnreg 232 registers, producer 40), persistent grid of one block per SM, "
+                                "(setmaxnreg 232 registers, producer 40; d64 without a causal mask or window: 3 "
+                                "consumer warpgroups on 192 x 128 tiles, 160 registers, producer 32), persistent "
+                                "grid of one block per SM, "
                                 "query tiles of a head in descending order" : "");
     if (im->use_sm90_bwd)
         H->appendf(buf, len,
@@ -398,8 +413,9 @@ static fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, in
     if (*fast == FWD_FAST && im->use_sm90 && fa_fwd_sm90_smem(*D) <= im->smem_optin) *fast = FWD_SM90;
     /* The warp-specialized forward, except for paged caches (at d64 and <= 2048 keys with
        128-key tiles: 1.04-1.15x the first Hopper forward at 512-1024 keys; bench/NOTES.md) */
-    const int wsbn = fwd_ws_bn(im, *D, p);
-    if (*fast == FWD_SM90 && im->use_ws && !p->block_table && fa_fwd_ws_smem(*D, wsbn) <= im->smem_optin)
+    int wsbm, wsbn;
+    fwd_ws_tile(im, *D, p, &wsbm, &wsbn);
+    if (*fast == FWD_SM90 && im->use_ws && !p->block_table && fa_fwd_ws_smem(*D, wsbm, wsbn) <= im->smem_optin)
         *fast = FWD_SM90WS;
     if (*fast == FWD_GENERAL && fa_fwd_smem(*D) > im->smem_optin)
         return H->set_error(ctx, FA_ERR_UNSUPPORTED,
@@ -453,7 +469,7 @@ static fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, in
         k->drop_threshold = p->drop.threshold; k->keep_scale = p->drop.keep_scale;
     }
     const int bm = *fast == FWD_F32_TF32 ? FA_TF32_FWD_BM : *fast == FWD_F32_SIMT ? FA_F32_FWD_BM
-                   : *fast == FWD_SM90 || *fast == FWD_SM90WS ? FA_FWD_SM90_BM : *fast == FWD_FAST ? fa_fwd_fast_bm(*D) : 128;
+                   : *fast == FWD_SM90WS ? wsbm : *fast == FWD_SM90 ? FA_FWD_SM90_BM : *fast == FWD_FAST ? fa_fwd_fast_bm(*D) : 128;
     k->m_blocks = (int)((p->max_sq + bm - 1) / bm);
     if (k->m_blocks == 0) k->m_blocks = 1;
     /* Split-KV when the grid would leave SMs idle; depends on shapes and the SM count only. */
@@ -477,8 +493,8 @@ static fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, in
                  FA_F32_FWD_BN, splits > 1 ? " split-kv" : "");
     else if (*fast == FWD_SM90WS)
         snprintf(im->qname, sizeof im->qname,
-                 "cuda/sm90 fwd %s d%d wgmma %dx%d tma warp-specialized 1 producer + 2 consumer warpgroups persistent%s",
-                 dtname(p->q.dtype), *D, bm, wsbn, splits > 1 ? " split-kv" : "");
+                 "cuda/sm90 fwd %s d%d wgmma %dx%d tma warp-specialized 1 producer + %d consumer warpgroups persistent%s",
+                 dtname(p->q.dtype), *D, bm, wsbn, bm / 64, splits > 1 ? " split-kv" : "");
     else if (*fast == FWD_SM90)
         snprintf(im->qname, sizeof im->qname, "cuda/sm90 fwd %s d%d wgmma %dx%d 2 warpgroups%s%s", dtname(p->q.dtype), *D,
                  bm, fa_fwd_sm90_bn(*D), im->use_ws && p->block_table ? " (paged cache)" : "",
@@ -609,15 +625,21 @@ static fa_status cuda_forward(fa_context *ctx, const fa_problem *p)
     if ((st = check_pointers(ctx, p)) != FA_OK) return st;
     cudaSetDevice(im->device);
     if (im->debug && (st = debug_check(ctx, p)) != FA_OK) return st;
-    const int bn = fwd_ws_bn(im, D, p);   /* the warp-specialized forward's KV tile width */
+    int bm, bn;   /* the warp-specialized forward's tile */
+    fwd_ws_tile(im, D, p, &bm, &bn);
 #if FA_SM90A
     CUtensorMap maps[3];
     if (fast == FWD_SM90WS) {
         const int vl = p->layout == FA_LAYOUT_VARLEN;
-        if (!qkv_tensor_map(im, &maps[0], &p->q, p->dqk, vl, FA_FWD_SM90_BM) ||
+        if (!qkv_tensor_map(im, &maps[0], &p->q, p->dqk, vl, bm) ||
             !qkv_tensor_map(im, &maps[1], &p->k, p->dqk, vl, bn) || !qkv_tensor_map(im, &maps[2], &p->v, p->dv, vl, bn)) {
             H->verbose(ctx, "cuda: the driver could not encode the tensor maps of q/k/v: the first sm90 forward instead");
             fast = FWD_SM90;
+            if (bm != FA_FWD_SM90_BM) {   /* the work tiles were counted for the ws kernel's rows */
+                k.m_blocks = (int)((p->max_sq + FA_FWD_SM90_BM - 1) / FA_FWD_SM90_BM);
+                if (k.m_blocks == 0) k.m_blocks = 1;
+                blocks = p->batch * p->hq * k.m_blocks * k.n_splits;
+            }
             snprintf(im->qname, sizeof im->qname, "cuda/sm90 fwd %s d%d wgmma 128x%d 2 warpgroups (no tensor maps)%s",
                      dtname(p->q.dtype), D, fa_fwd_sm90_bn(D), k.n_splits > 1 ? " split-kv" : "");
         }
@@ -642,9 +664,9 @@ static fa_status cuda_forward(fa_context *ctx, const fa_problem *p)
     H->verbose(ctx, "cuda: forward %s (%lld blocks of %d threads, %d B shared memory%s)", im->qname,
                (long long)grid,
                fast == FWD_F32_TF32 ? FA_TF32_NT : fast == FWD_F32_SIMT ? FA_F32_NT : fast == FWD_SM90 ? FA_FWD_SM90_NT
-               : fast == FWD_SM90WS ? FA_FWD_WS_NT : fast == FWD_FAST ? FA_FWD_FAST_NT : 256,
+               : fast == FWD_SM90WS ? fa_fwd_ws_nt(bm) : fast == FWD_FAST ? FA_FWD_FAST_NT : 256,
                fast == FWD_F32_TF32 ? fa_tf32_fwd_smem(D) : fast == FWD_F32_SIMT ? fa_f32_fwd_smem(D)
-               : fast == FWD_SM90 ? fa_fwd_sm90_smem(D) : fast == FWD_SM90WS ? fa_fwd_ws_smem(D, bn)
+               : fast == FWD_SM90 ? fa_fwd_sm90_smem(D) : fast == FWD_SM90WS ? fa_fwd_ws_smem(D, bm, bn)
                : fast == FWD_FAST ? fa_fwd_fast_smem(D) : fa_fwd_smem(D),
                fast == FWD_SM90WS ? ", persistent over the work tiles" : "");
     if (blocks == 0 || p->hq == 0 || p->batch == 0) return FA_OK;
@@ -670,9 +692,9 @@ static fa_status cuda_forward(fa_context *ctx, const fa_problem *p)
         const int g = (int)grid;
         int *const tk = tickets ? im->tickets : NULL;
         switch (D) {
-        case 64: e = bf ? fa_fwd_ws_launch<__nv_bfloat16, 64>(k, blocks, g, maps, tk, bn, im->stream) : fa_fwd_ws_launch<__half, 64>(k, blocks, g, maps, tk, bn, im->stream); break;
-        case 128: e = bf ? fa_fwd_ws_launch<__nv_bfloat16, 128>(k, blocks, g, maps, tk, bn, im->stream) : fa_fwd_ws_launch<__half, 128>(k, blocks, g, maps, tk, bn, im->stream); break;
-        default: e = bf ? fa_fwd_ws_launch<__nv_bfloat16, 256>(k, blocks, g, maps, tk, bn, im->stream) : fa_fwd_ws_launch<__half, 256>(k, blocks, g, maps, tk, bn, im->stream); break;
+        case 64: e = bf ? fa_fwd_ws_launch<__nv_bfloat16, 64>(k, blocks, g, maps, tk, bm, bn, im->stream) : fa_fwd_ws_launch<__half, 64>(k, blocks, g, maps, tk, bm, bn, im->stream); break;
+        case 128: e = bf ? fa_fwd_ws_launch<__nv_bfloat16, 128>(k, blocks, g, maps, tk, bm, bn, im->stream) : fa_fwd_ws_launch<__half, 128>(k, blocks, g, maps, tk, bm, bn, im->stream); break;
+        default: e = bf ? fa_fwd_ws_launch<__nv_bfloat16, 256>(k, blocks, g, maps, tk, bm, bn, im->stream) : fa_fwd_ws_launch<__half, 256>(k, blocks, g, maps, tk, bm, bn, im->stream); break;
         }
         if (tickets && e == cudaSuccess) {
             cudaEventRecord(im->tickets_done, im->stream);

@@ -1,9 +1,10 @@
 /* forward_sm90ws.cuh - the warp-specialized Hopper forward (sm_90a): K/V by TMA from a
- * producer warp, wgmma in two consumer warpgroups, mbarriers instead of block barriers,
- * register reallocation, a persistent grid.
+ * producer warp, wgmma in two or three consumer warpgroups, mbarriers instead of block
+ * barriers, register reallocation, a persistent grid.
  *
- * A block is 3 warpgroups (384 threads) and runs work tiles (b, h, KV split, 128 query
- * rows) until none is left (the grid is at most one block per SM): its first tile is
+ * Tiles are BM query rows x BN keys (template parameters; kernels.h lists those compiled).
+ * A block is 1 + BM / 64 warpgroups (384 or 512 threads) and runs work tiles (b, h, KV
+ * split, BM query rows) until none is left (the grid is at most one block per SM): its first tile is
  * blockIdx.x, each next one gridDim.x plus a ticket from a global counter, taken by the
  * producer and passed to the consumers through a 2-slot ring in shared memory. Tiles are
  * numbered m-block fastest (the tiles that share K/V run together), in descending order
@@ -12,8 +13,8 @@
  * causal mask.) The block that takes the launch's last ticket sets the counter back to 0
  * for the next launch: a launch hands out exactly `ntiles` tickets. A grid of `ntiles`
  * blocks or more takes no ticket (tickets may then be NULL).
- *   - warpgroup 0 gives registers back (setmaxnreg.dec to FA_WS_PRODUCER_REGS); its first
- *     warp is the producer, the other three exit. The producer loads the tile's Q (128 rows)
+ *   - warpgroup 0 gives registers back (setmaxnreg.dec to C::PREGS); its first
+ *     warp is the producer, the other three exit. The producer loads the tile's Q (BM rows)
  *     and its KV tiles into a ring of ST stages, K and V of a stage with barriers of their
  *     own. Full KV tiles and every tile of the dense layout (rows past the sequence end are
  *     outside the tensor map: TMA fills zeros) come by TMA (cp.async.bulk.tensor, the
@@ -22,8 +23,8 @@
  *     copied by the warp's 32 lanes with cp.async and zero fill, since the rows after it
  *     belong to another sequence or to unwritten cache: whatever they hold, P = 0 there must
  *     multiply zeros.
- *   - warpgroups 1 and 2 take registers (setmaxnreg.inc to FA_WS_CONSUMER_REGS) and each
- *     computes 64 of the 128 rows, as the first Hopper forward's warpgroups do (S = Q K^T
+ *   - warpgroups 1 .. BM / 64 take registers (setmaxnreg.inc to C::CREGS) and each
+ *     computes 64 of the BM rows, as the first Hopper forward's warpgroups do (S = Q K^T
  *     from shared memory, online softmax in registers, O += P V with P from registers),
  *     with S of tile n and P V of tile n-1 in flight together and the softmax of tile n run
  *     while P V of tile n-1 is on the tensor cores. A consumer warp releases a stage (one
@@ -44,14 +45,17 @@
 #include <cuda.h>
 #include "forward_sm90.cuh"
 
-#define FA_WS_PRODUCER_REGS 40
-#define FA_WS_CONSUMER_REGS 232   /* 128 x 40 + 256 x 232 = 384 x 168, the launch allocation */
-
-template <int D, int BN_> struct fa_ws_cfg {
-    static constexpr int BM = 128, BN = BN_, ST = fa_fwd_ws_stages(D, BN_), NT = 384;
+template <int D, int BM_, int BN_> struct fa_ws_cfg {
+    /* BM / 64 consumer warpgroups; registers after setmaxnreg: 2 consumers 232 (producer 40:
+       128 x 40 + 256 x 232 = 384 x 168, the launch allocation), 3 consumers 160 (producer
+       32: 128 x 32 + 384 x 160 = 512 x 128) */
+    static constexpr int BM = BM_, BN = BN_, ST = fa_fwd_ws_stages(D, BN_), NCW = BM_ / 64, NT = fa_fwd_ws_nt(BM_);
+    static constexpr int PREGS = NCW == 2 ? 40 : 32, CREGS = NCW == 2 ? 232 : 160;
+    static_assert(NCW == 2 || NCW == 3, "2 or 3 consumer warpgroups");
+    static_assert(128 * PREGS + 128 * NCW * CREGS <= 65536, "the register file");
     static constexpr int QB = BM * D * 2, KB = BN * D * 2;
     static constexpr int BAR = QB + 2 * ST * KB;         /* barriers after the tiles, then the tile ring */
-    static constexpr int SMEM = fa_fwd_ws_smem(D, BN_);
+    static constexpr int SMEM = fa_fwd_ws_smem(D, BM_, BN_);
     static_assert(SMEM == BAR + 8 * (4 * ST + 7) + 1024, "kernels.h and the kernel disagree on the shared memory");
 };
 
@@ -99,14 +103,14 @@ __device__ __forceinline__ bool fa_ws_block(const fa_cu_fwd &p, fa_fwd_block &fb
     return fa_fwd_block_at<BM, BN>(p, fb, (int64_t)(t - mb) + (p.m_blocks - 1 - mb));
 }
 
-template <typename T, int D, int BN_>
-__global__ void __launch_bounds__(384, 1)
+template <typename T, int D, int BM_, int BN_>
+__global__ void __launch_bounds__(fa_fwd_ws_nt(BM_), 1)
     fa_fwd_ws_kernel(const fa_cu_fwd p, const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                      const __grid_constant__ CUtensorMap tm_v, const int ntiles, int *const tickets, const uint32_t v_lbo,
                      const uint32_t v_sbo)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    typedef fa_ws_cfg<D, BN_> C;
+    typedef fa_ws_cfg<D, BM_, BN_> C;
     constexpr int BM = C::BM, BN = C::BN, ST = C::ST;
     extern __shared__ __align__(1024) unsigned char fa_smem_raw[];
     unsigned char *smem = fa_align1024(fa_smem_raw);
@@ -123,7 +127,7 @@ __global__ void __launch_bounds__(384, 1)
     volatile int *tile_slot = reinterpret_cast<volatile int *>(smem + C::BAR + 8 * (2 + 4 * ST));
     auto full_t = [&](int i) { return bars + 8 * (2 + 4 * ST) + 8 + 8 * i; };
     auto empty_t = [&](int i) { return bars + 8 * (2 + 4 * ST) + 24 + 8 * i; };
-    constexpr int CONSUMER_WARPS = 8;
+    constexpr int CONSUMER_WARPS = 4 * C::NCW;
 
     if (threadIdx.x == 0) {
         fa_mbar_init(full_q, 1);
@@ -145,7 +149,7 @@ __global__ void __launch_bounds__(384, 1)
 
     if (wg == 0) {
         /* ---- the producer ---- */
-        fa_setmaxnreg_dec<FA_WS_PRODUCER_REGS>();
+        fa_setmaxnreg_dec<C::PREGS>();
         if (warp != 0) return;
         /* A KV tile of the partial kind: rows [0, nval) x columns [0, ncols), the rest zero;
            the 32 lanes copy, wait for their copies, order them before the tensor cores'
@@ -213,7 +217,7 @@ __global__ void __launch_bounds__(384, 1)
     }
 
     /* ---- the consumers: warpgroup cw owns rows cw * 64 .. cw * 64 + 63 of each tile ---- */
-    fa_setmaxnreg_inc<FA_WS_CONSUMER_REGS>();
+    fa_setmaxnreg_inc<C::CREGS>();
     const int cw = wg - 1;
     const float sl2 = p.scale * FA_LOG2E;
     const uint32_t qaddr = fa_smem_u32(sQ) + cw * 64 * 128;
@@ -300,35 +304,37 @@ __global__ void __launch_bounds__(384, 1)
 #endif
 }
 
-template <typename T, int D, int BN>
-static cudaError_t fa_fwd_ws_launch_bn(const fa_cu_fwd &p, int64_t tiles, int grid, const CUtensorMap (&m)[3], int *tickets,
-                                       cudaStream_t st)
+template <typename T, int D, int BM, int BN>
+static cudaError_t fa_fwd_ws_launch_tile(const fa_cu_fwd &p, int64_t tiles, int grid, const CUtensorMap (&m)[3], int *tickets,
+                                         cudaStream_t st)
 {
-    typedef fa_ws_cfg<D, BN> C;
-    cudaError_t e = cudaFuncSetAttribute(fa_fwd_ws_kernel<T, D, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
+    typedef fa_ws_cfg<D, BM, BN> C;
+    cudaError_t e = cudaFuncSetAttribute(fa_fwd_ws_kernel<T, D, BM, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
     if (e != cudaSuccess) return e;
-    fa_fwd_ws_kernel<T, D, BN><<<(unsigned)grid, C::NT, C::SMEM, st>>>(p, m[0], m[1], m[2], (int)tiles, tickets, BN * 128, 1024);
+    fa_fwd_ws_kernel<T, D, BM, BN><<<(unsigned)grid, C::NT, C::SMEM, st>>>(p, m[0], m[1], m[2], (int)tiles, tickets, BN * 128, 1024);
     return cudaGetLastError();
 }
 
 /* maps[3]: the tensor maps of q, k and v (CUtensorMap, made by the host: cuda.cu, with
-   boxes of bn K/V rows); tickets: a device int that is 0 (each launch leaves it 0 again);
-   bn: one of the KV tile widths compiled for D (kernels.h), others cudaErrorInvalidValue. */
+   boxes of bm Q rows and bn K/V rows); tickets: a device int that is 0 (each launch leaves
+   it 0 again); bm x bn: one of the tiles compiled for D (kernels.h: fa_fwd_ws_has), others
+   cudaErrorInvalidValue. */
 template <typename T, int D>
-cudaError_t fa_fwd_ws_launch(const fa_cu_fwd &p, int64_t tiles, int grid, const void *maps, int *tickets, int bn,
+cudaError_t fa_fwd_ws_launch(const fa_cu_fwd &p, int64_t tiles, int grid, const void *maps, int *tickets, int bm, int bn,
                              cudaStream_t st)
 {
     CUtensorMap m[3];
     memcpy(m, maps, sizeof m);
-    if (bn == fa_fwd_ws_bn(D)) return fa_fwd_ws_launch_bn<T, D, fa_fwd_ws_bn(D)>(p, tiles, grid, m, tickets, st);
-    if (fa_fwd_ws_bn_alt(D) > 0 && bn == fa_fwd_ws_bn_alt(D))
-        return fa_fwd_ws_launch_bn<T, D, (fa_fwd_ws_bn_alt(D) > 0 ? fa_fwd_ws_bn_alt(D) : fa_fwd_ws_bn(D))>(p, tiles, grid, m,
-                                                                                                         tickets, st);
-    return cudaErrorInvalidValue;
+    constexpr int B0 = fa_fwd_ws_bn(D), B1 = fa_fwd_ws_bn_alt(D) > 0 ? fa_fwd_ws_bn_alt(D) : B0;
+    constexpr int M1 = fa_fwd_ws_bm_alt(D) > 0 ? fa_fwd_ws_bm_alt(D) : 128;
+    if (!fa_fwd_ws_has(D, bm, bn)) return cudaErrorInvalidValue;
+    if (bm == 128) return bn == B0 ? fa_fwd_ws_launch_tile<T, D, 128, B0>(p, tiles, grid, m, tickets, st)
+                                   : fa_fwd_ws_launch_tile<T, D, 128, B1>(p, tiles, grid, m, tickets, st);
+    return fa_fwd_ws_launch_tile<T, D, M1, B1>(p, tiles, grid, m, tickets, st);
 }
 
 #define FA_FWD_WS_INSTANTIATE(D) \
-    template cudaError_t fa_fwd_ws_launch<__half, D>(const fa_cu_fwd &, int64_t, int, const void *, int *, int, cudaStream_t); \
-    template cudaError_t fa_fwd_ws_launch<__nv_bfloat16, D>(const fa_cu_fwd &, int64_t, int, const void *, int *, int, cudaStream_t);
+    template cudaError_t fa_fwd_ws_launch<__half, D>(const fa_cu_fwd &, int64_t, int, const void *, int *, int, int, cudaStream_t); \
+    template cudaError_t fa_fwd_ws_launch<__nv_bfloat16, D>(const fa_cu_fwd &, int64_t, int, const void *, int *, int, int, cudaStream_t);
 
 #endif /* FA_CUDA_FORWARD_SM90WS_CUH */

@@ -49,17 +49,27 @@ static constexpr inline int fa_fwd_sm90_smem(int D) { return (128 + 4 * fa_fwd_s
    (3 CUtensorMap); tickets = a device int that is 0 before and after each launch (the
    tile counter). Same feature set as forward_sm90.cuh, paged KV caches excepted. */
 template <typename T, int D>
-cudaError_t fa_fwd_ws_launch(const fa_cu_fwd &p, int64_t tiles, int grid, const void *maps, int *tickets, int bn, cudaStream_t st);
-/* The KV tile widths compiled: fa_fwd_ws_bn(D) and, where > 0, fa_fwd_ws_bn_alt(D) (d64:
-   128, for sequences of up to 2048 keys). cuda.cu picks one per call (fwd_ws_bn). */
+cudaError_t fa_fwd_ws_launch(const fa_cu_fwd &p, int64_t tiles, int grid, const void *maps, int *tickets, int bm, int bn,
+                             cudaStream_t st);
+/* The tiles compiled, bm query rows (bm / 64 consumer warpgroups) x bn keys: 128 x
+   fa_fwd_ws_bn(D) and, where the alternatives are > 0, 128 x fa_fwd_ws_bn_alt(D) and
+   fa_fwd_ws_bm_alt(D) x fa_fwd_ws_bn_alt(D) (d64: 128 x 192, 128 x 128, 192 x 128; 192 x 192
+   would spill 552 bytes at the 160 registers of 3 consumer warpgroups). cuda.cu picks one
+   per call (fwd_ws_tile). */
 static constexpr inline int fa_fwd_ws_bn(int D) { return D >= 256 ? 80 : D > 64 ? 128 : 192; }
 static constexpr inline int fa_fwd_ws_bn_alt(int D) { return D > 64 ? 0 : 128; }
-static constexpr inline int fa_fwd_ws_stages(int D, int BN) { return BN * D <= 128 * 128 ? 3 : 2; }
-static constexpr inline int fa_fwd_ws_smem(int D, int BN)
+static constexpr inline int fa_fwd_ws_bm_alt(int D) { return D > 64 ? 0 : 192; }
+static constexpr inline bool fa_fwd_ws_has(int D, int bm, int bn)
 {
-    return (128 + 2 * fa_fwd_ws_stages(D, BN) * BN) * D * 2 + 8 * (4 * fa_fwd_ws_stages(D, BN) + 7) + 1024;
+    return (bm == 128 && (bn == fa_fwd_ws_bn(D) || (fa_fwd_ws_bn_alt(D) > 0 && bn == fa_fwd_ws_bn_alt(D)))) ||
+           (fa_fwd_ws_bm_alt(D) > 0 && bm == fa_fwd_ws_bm_alt(D) && bn == fa_fwd_ws_bn_alt(D));
 }
-#define FA_FWD_WS_NT 384
+static constexpr inline int fa_fwd_ws_nt(int bm) { return 128 * (bm / 64 + 1); }
+static constexpr inline int fa_fwd_ws_stages(int D, int BN) { return BN * D <= 128 * 128 ? 3 : 2; }
+static constexpr inline int fa_fwd_ws_smem(int D, int BM, int BN)
+{
+    return (BM + 2 * fa_fwd_ws_stages(D, BN) * BN) * D * 2 + 8 * (4 * fa_fwd_ws_stages(D, BN) + 7) + 1024;
+}
 
 /* backward_sm90_dNNN.cu (sm_90a only, FA_SM90A = 1): the Hopper backward (backward_sm90.cuh:
    wgmma for the five products, 2 warpgroups, query tiles of 64 rows), lean feature set.
