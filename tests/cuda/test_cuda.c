@@ -661,6 +661,33 @@ static void run_status_checks(void)
             else
                 printf("SKIP cc 9.0 backward name check: this build has no sm_90a kernels (--with-cuda-arch without 90)\n");
         }
+        /* ... and the d64 forward's tile is the measured choice (cuda.cu, fwd_ws_tile): 192 x
+           128 on 3 consumer warpgroups without a mask from 512 queries, 128 x 128 under a
+           causal mask up to 2048 keys, 128 x 192 after. Queries only: q's pointer with
+           larger shapes is never read. */
+        const int ws = strstr(fa_context_describe(cu), "since then warp-specialized for every layout") != NULL;
+        if (!getenv("FA_CUDA_FWD") && !getenv("FA_CUDA_WS_BM") && !getenv("FA_CUDA_WS_BN") && maj == 9 && mnr == 0) {
+            if (ws) {
+                static const struct { int S; fa_causal c; const char *tile, *what; } tc[] = {
+                    { 512, FA_CAUSAL_NONE, "wgmma 192x128 ", "3 consumer" },
+                    { 512, FA_CAUSAL_BOTTOM_RIGHT, "wgmma 128x128 ", "2 consumer" },
+                    { 4096, FA_CAUSAL_BOTTOM_RIGHT, "wgmma 128x192 ", "2 consumer" },
+                };
+                for (int i = 0; i < 3; i++) {
+                    fa_tensor big = fa_tensor_contiguous(q.d, FA_BF16, 1, tc[i].S, 2, 64);
+                    fa_options co = {0};
+                    co.causal = tc[i].c;
+                    const char *fk = NULL;
+                    fa_status fs = fa_query(cu, &fk, &big, NULL, &big, &big, &big, &co);
+                    char what[96];
+                    snprintf(what, sizeof what, "cc 9.0: d64 S%d causal %d forward on the %s tile", tc[i].S, (int)tc[i].c, tc[i].tile);
+                    result(what, fs == FA_OK && fk && strstr(fk, tc[i].tile) && strstr(fk, tc[i].what), "%s",
+                           fs == FA_OK && fk ? fk : fa_last_error(cu));
+                }
+            } else {
+                printf("SKIP cc 9.0 forward tile check: no warp-specialized forward in this build\n");
+            }
+        }
     }
     st = fa_query_backward(cu, &kn, &d59, &d59, &d59, NULL, &o59, &d59, &d59, &d59, &o59, lse, NULL);
     printf("backward bf16 d59: %s: %s\n", fa_status_string(st), fa_last_error(cu));
