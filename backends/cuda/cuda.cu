@@ -274,7 +274,8 @@ static void cuda_describe(const fa_context *ctx, char *buf, size_t len)
                    im->use_ws ? "; since then warp-specialized for every layout but paged caches: a "
                                 "producer warp loads Q, K, V by TMA into a ring of 3/3/2 stages (d64/d128/d256; "
                                 "tiles 128 x 192/128/80, d64 with <= 2048 keys 128 x 128) with mbarriers, 2 consumer warpgroups "
-                                "(setmaxnreg 232 registers, producer 40; d64 without a causal mask or window: 3 "
+                                "(setmaxnreg 232 registers, producer 40; d64 without a causal mask or window from 512 "
+                                "queries: 3 "
                                 "consumer warpgroups on 192 x 128 tiles, 160 registers, producer 32), persistent "
                                 "grid of one block per SM, "
                                 "query tiles of a head in descending order" : "");
@@ -291,7 +292,7 @@ static void cuda_describe(const fa_context *ctx, char *buf, size_t len)
                    im->bws_drift ? "; both in the drift form" : "",
                    im->bws_drift ? " (the consumer warpgroups meet by one-way barrier pairs, up to a tile apart)" : "");
     H->appendf(buf, len,
-               "split-kv: when batch*heads*ceil(Sq/128) < %d SMs (decode), keys are split over up to "
+               "split-kv: when batch*heads*ceil(Sq/rows per tile) < %d SMs (decode), keys are split over up to "
                "%d blocks and merged by the combine kernel\n", im->sms, FA_CU_MAX_PARTS);
     H->appendf(buf, len,
                "backward: cuda/sm80 kernel (FlashAttention-2 style: one block per 64 keys of a KV head "
@@ -468,23 +469,29 @@ static fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, in
         k->dropout_p = p->dropout_p; k->drop_k0 = p->drop.k0; k->drop_k1 = p->drop.k1;
         k->drop_threshold = p->drop.threshold; k->keep_scale = p->drop.keep_scale;
     }
-    const int bm = *fast == FWD_F32_TF32 ? FA_TF32_FWD_BM : *fast == FWD_F32_SIMT ? FA_F32_FWD_BM
-                   : *fast == FWD_SM90WS ? wsbm : *fast == FWD_SM90 ? FA_FWD_SM90_BM : *fast == FWD_FAST ? fa_fwd_fast_bm(*D) : 128;
-    k->m_blocks = (int)((p->max_sq + bm - 1) / bm);
-    if (k->m_blocks == 0) k->m_blocks = 1;
-    /* Split-KV when the grid would leave SMs idle; depends on shapes and the SM count only. */
-    int64_t base = p->batch * p->hq * k->m_blocks;
-    int64_t kblocks = (p->max_sk + 63) / 64;
-    int splits = 1;
-    if (p->layout != FA_LAYOUT_VARLEN && base > 0 && base < im->sms && kblocks >= 4) {
-        int64_t want = (im->sms + base - 1) / base;
-        if (want > kblocks / 2) want = kblocks / 2;
-        if (want > FA_CU_MAX_PARTS) want = FA_CU_MAX_PARTS;
-        if (want > 1) splits = (int)want;
+    int bm = *fast == FWD_F32_TF32 ? FA_TF32_FWD_BM : *fast == FWD_F32_SIMT ? FA_F32_FWD_BM
+             : *fast == FWD_SM90WS ? wsbm : *fast == FWD_SM90 ? FA_FWD_SM90_BM : *fast == FWD_FAST ? fa_fwd_fast_bm(*D) : 128;
+    int splits;
+    for (;;) {
+        k->m_blocks = (int)((p->max_sq + bm - 1) / bm);
+        if (k->m_blocks == 0) k->m_blocks = 1;
+        /* Split-KV when the grid would leave SMs idle; depends on shapes and the SM count only. */
+        const int64_t base = p->batch * p->hq * k->m_blocks, kblocks = (p->max_sk + 63) / 64;
+        splits = 1;
+        if (p->layout != FA_LAYOUT_VARLEN && base > 0 && base < im->sms && kblocks >= 4) {
+            int64_t want = (im->sms + base - 1) / base;
+            if (want > kblocks / 2) want = kblocks / 2;
+            if (want > FA_CU_MAX_PARTS) want = FA_CU_MAX_PARTS;
+            if (want > 1) splits = (int)want;
+        }
+        k->n_splits = splits;
+        *blocks = base * splits;
+        if (*fast != FWD_SM90WS || *blocks <= INT32_MAX) break;
+        /* the work-tile indices of the warp-specialized kernel are 32-bit: the first Hopper
+           forward, counted again for its 128-row tiles */
+        *fast = FWD_SM90;
+        bm = FA_FWD_SM90_BM;
     }
-    k->n_splits = splits;
-    *blocks = base * splits;
-    if (*fast == FWD_SM90WS && *blocks > INT32_MAX) *fast = FWD_SM90;   /* work-tile indices are 32-bit */
     if (*fast == FWD_F32_TF32)
         snprintf(im->qname, sizeof im->qname, "cuda/tf32x3 fwd fp32 d%d 3 tf32 mma.sync per product %dx%d 8 warps%s", *D,
                  bm, FA_TF32_FWD_BN, splits > 1 ? " split-kv" : "");

@@ -52,7 +52,9 @@ template <int D, int BM_, int BN_> struct fa_ws_cfg {
     static constexpr int BM = BM_, BN = BN_, ST = fa_fwd_ws_stages(D, BN_), NCW = BM_ / 64, NT = fa_fwd_ws_nt(BM_);
     static constexpr int PREGS = NCW == 2 ? 40 : 32, CREGS = NCW == 2 ? 232 : 160;
     static_assert(NCW == 2 || NCW == 3, "2 or 3 consumer warpgroups");
-    static_assert(128 * PREGS + 128 * NCW * CREGS <= 65536, "the register file");
+    /* the budgets must fit the launch's allocation (registers per thread at NT threads, in
+       steps of 8), or setmaxnreg.inc would wait for registers that never come free */
+    static_assert(128 * PREGS + 128 * NCW * CREGS <= NT * ((65536 / NT) & ~7), "the launch's register allocation");
     static constexpr int QB = BM * D * 2, KB = BN * D * 2;
     static constexpr int BAR = QB + 2 * ST * KB;         /* barriers after the tiles, then the tile ring */
     static constexpr int SMEM = fa_fwd_ws_smem(D, BM_, BN_);

@@ -44,7 +44,7 @@ static constexpr inline int fa_fwd_sm90_smem(int D) { return (128 + 4 * fa_fwd_s
 #define FA_FWD_SM90_NT 256
 
 /* forward_sm90ws_dNNN.cu (sm_90a only): the warp-specialized Hopper forward
-   (forward_sm90ws.cuh: a TMA producer warp, 2 consumer warpgroups, mbarriers, a persistent
+   (forward_sm90ws.cuh: a TMA producer warp, 2 or 3 consumer warpgroups, mbarriers, a persistent
    grid of `grid` blocks over `tiles` work tiles); maps = the tensor maps of q, k and v
    (3 CUtensorMap); tickets = a device int that is 0 before and after each launch (the
    tile counter). Same feature set as forward_sm90.cuh, paged KV caches excepted. */
