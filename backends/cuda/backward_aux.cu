@@ -94,17 +94,6 @@ template <> __device__ __forceinline__ float2 fa_vec_f2<__nv_bfloat16>(uint32_t 
 {
     return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u));
 }
-template <typename T> __device__ __forceinline__ uint32_t fa_vec_u32(float a, float b);
-template <> __device__ __forceinline__ uint32_t fa_vec_u32<__half>(float a, float b)
-{
-    const __half2 h = __floats2half2_rn(a, b);
-    return *reinterpret_cast<const uint32_t *>(&h);
-}
-template <> __device__ __forceinline__ uint32_t fa_vec_u32<__nv_bfloat16>(float a, float b)
-{
-    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-    return *reinterpret_cast<const uint32_t *>(&h);
-}
 
 /* D_i: each lane's 8 products in fp32, then the segment adds the lanes with xor shuffles
    (a fixed order: bitwise reproducible) */
@@ -148,10 +137,10 @@ __global__ void __launch_bounds__(FA_VEC_NT) fa_bwd_post_vec_kernel(const fa_cu_
     const float4 x = q[0], y = q[1];
     const float sc = p.scale;
     uint4 u;
-    u.x = fa_vec_u32<T>(x.x * sc, x.y * sc);
-    u.y = fa_vec_u32<T>(x.z * sc, x.w * sc);
-    u.z = fa_vec_u32<T>(y.x * sc, y.y * sc);
-    u.w = fa_vec_u32<T>(y.z * sc, y.w * sc);
+    u.x = fa_pack2(x.x * sc, x.y * sc, T());
+    u.y = fa_pack2(x.z * sc, x.w * sc, T());
+    u.z = fa_pack2(y.x * sc, y.y * sc, T());
+    u.w = fa_pack2(y.z * sc, y.w * sc, T());
     const int64_t row = s.tb * pb.dq_sb + (s.q0 + i) * pb.dq_ss + (int64_t)h * pb.dq_sh;
     *reinterpret_cast<uint4 *>(reinterpret_cast<T *>(pb.dq) + row + c) = u;
 }

@@ -34,7 +34,7 @@
  *     no more accumulators are live at once than dK, dV and one of S^T/dP^T or dQ (the
  *     240 registers of a consumer hold no more: dQ issued next to S^T and dP^T spilled);
  *     the last tile's dQ is issued after the loop.
- *   The DRIFT form (the default at d64) replaces the per-tile barrier over both
+ *   The DRIFT form (the default) replaces the per-tile barrier over both
  *   warpgroups, which kept their softmax phases in step (the tensor cores idle through
  *   both at once), by one-way pairs of named barriers, so one warpgroup can run up to a
  *   tile ahead of the other:

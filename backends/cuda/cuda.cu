@@ -273,12 +273,11 @@ static void cuda_describe(const fa_context *ctx, char *buf, size_t len)
                    "S = Q K^T and O += P V on wgmma (P from registers)%s\n",
                    im->use_ws ? "; since then warp-specialized for every layout but paged caches: a "
                                 "producer warp loads Q, K, V by TMA into a ring of 3/3/2 stages (d64/d128/d256; "
-                                "tiles 128 x 192/128/80, d64 with <= 2048 keys 128 x 128) with mbarriers, 2 consumer warpgroups "
-                                "(setmaxnreg 232 registers, producer 40; d64 without a causal mask or window from 512 "
-                                "queries: 3 "
-                                "consumer warpgroups on 192 x 128 tiles, 160 registers, producer 32), persistent "
-                                "grid of one block per SM, "
-                                "query tiles of a head in descending order" : "");
+                                "tiles 128 x 192/128/80, d64 with <= 2048 keys 128 x 128) with mbarriers, 2 "
+                                "consumer warpgroups (setmaxnreg 232 registers, producer 40; d64 without a causal "
+                                "mask or window from 512 queries: 3 consumer warpgroups on 192 x 128 tiles, 160 "
+                                "registers, producer 32), persistent grid of one block per SM, query tiles of a "
+                                "head in descending order" : "");
     if (im->use_sm90_bwd)
         H->appendf(buf, len,
                    "backward on this chip: cuda/sm90 wgmma kernel for the lean set (no softcap, ALiBi, bias "
