@@ -17,7 +17,8 @@ check_PROGRAMS += tests/test_oracle tests/test_api tests/test_forward tests/test
 # Slowest first so that make -j2 check overlaps them best.
 TESTS += tests/test_forward tests/test_backward tests/test_varlen_kvcache \
 	tests/test_determinism tests/test_bad_input tests/test_combine tests/test_api \
-	tests/test_oracle tests/test_big
+	tests/test_oracle tests/test_big tests/amx_emulated.sh
+EXTRA_DIST += tests/amx_emulated.sh
 
 tests_test_oracle_SOURCES = tests/test_oracle.c $(TESTS_COMMON)
 tests_test_oracle_CFLAGS = $(TESTS_CFLAGS)
@@ -51,7 +52,8 @@ tests_test_big_LDADD = $(TESTS_LDADD)
 # libraries itself (their symbols are hidden in libflashattn) and kernels_generic.c.
 check_PROGRAMS += tests/test_kernels
 TESTS += tests/test_kernels
-tests_test_kernels_SOURCES = tests/test_kernels.c backends/cpu/kernels_generic.c
+tests_test_kernels_SOURCES = tests/test_kernels.c backends/cpu/kernels_generic.c \
+	backends/cpu/kernels_amx_emu.c
 tests_test_kernels_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -I$(top_srcdir)/backends/cpu -I$(top_srcdir)/lib
 tests_test_kernels_LDADD = $(CHECK_LIBS) -lm
 if HAVE_AVX2
@@ -59,5 +61,8 @@ tests_test_kernels_LDADD += backends/cpu/libfa_cpu_avx2.la
 endif
 if HAVE_AVX512
 tests_test_kernels_LDADD += backends/cpu/libfa_cpu_avx512.la
+endif
+if HAVE_AMX
+tests_test_kernels_LDADD += backends/cpu/libfa_cpu_amx.la
 endif
 endif

@@ -6,7 +6,11 @@
  *     start from a sink (finite m, l = 1), an odd number of keys, scale > 0 (the max is
  *     taken on the raw scores) and scale < 0 (finite scores).
  * The end-to-end suites see these kernels only through typical scores; this checks every
- * magnitude. Each set runs only where this CPU and OS support its ISA; a set that cannot
+ * magnitude.
+ *   - the AMX set's packing kernels (to_rows, to_pairs, tr32, pair_rows: AVX-512 BF16 code)
+ *     bit for bit against their C emulation (kernels_amx_emu.c, which the end-to-end
+ *     suites run under FA_CPU_AMX_EMULATE=1), over ragged sizes with NaN, Inf, denormals
+ *     and rounding ties, and the tile gemm against the emulation where AMX runs. Each set runs only where this CPU and OS support its ISA; a set that cannot
  * run here is named on stderr, never passed silently.
  */
 #include "config.h"
@@ -17,6 +21,11 @@
 #include <string.h>
 
 #include "kernels.h"
+#ifdef FA_HAVE_AMX
+#include <cpuid.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+#endif
 
 typedef struct {
     const char *name;
@@ -177,6 +186,137 @@ START_TEST(test_softmax_fwd)
 }
 END_TEST
 
+#ifdef FA_HAVE_AMX
+/* 1: the AVX-512 BF16 packing code of the AMX set runs here; 2: the tiles too (CPUID,
+   XGETBV and Linux's permission for the tile data state). */
+static int amx_level(void)
+{
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
+        !__builtin_cpu_supports("avx512vl") || !__builtin_cpu_supports("avx512dq"))
+        return 0;
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !((a >> 5) & 1)) return 0;   /* AVX512-BF16 */
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 1;
+    if (!((d >> 22) & 1) || !((d >> 24) & 1)) return 1;                           /* AMX-BF16, TILE */
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & 0x60000) != 0x60000) return 1;
+#ifdef SYS_arch_prctl
+    if (syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) != 0) return 1;
+    return 2;
+#else
+    return 1;
+#endif
+}
+
+/* A float that exercises conversion: normal, tie, denormal, zero, Inf, NaN. */
+static float pack_value(void)
+{
+    double u = unif();
+    if (u < 0.02) return NAN;
+    if (u < 0.04) return unif() < 0.5 ? INFINITY : -INFINITY;
+    if (u < 0.07) return (float)((unif() - 0.5) * 0x1p-130);       /* denormal */
+    if (u < 0.09) return 0.0f;
+    if (u < 0.20) {   /* exactly halfway between two bf16 values */
+        uint32_t w = ((uint32_t)(unif() * 65536.0) << 16) | 0x8000u;
+        w &= 0xbfffffffu;   /* keep it finite */
+        float f;
+        memcpy(&f, &w, 4);
+        return f;
+    }
+    return (float)((unif() - 0.5) * 8.0);
+}
+
+START_TEST(test_amx_packing)
+{
+    static const int dims[][2] = { { 1, 1 }, { 3, 5 }, { 16, 16 }, { 17, 33 }, { 31, 47 },
+                                   { 32, 32 }, { 45, 70 }, { 64, 128 }, { 7, 96 } };
+    const fa_cpu_amx_kernels *X = &fa_cpu_kernels_amx, *E = &fa_cpu_kernels_amx_emu;
+    enum { LD = 160, ROWS = 96 };
+    float *src = malloc(sizeof(float) * ROWS * LD);
+    uint32_t *a = malloc(sizeof(uint32_t) * ROWS * LD), *e = malloc(sizeof(uint32_t) * ROWS * LD);
+    uint16_t *rows16 = malloc(sizeof(uint16_t) * ROWS * LD);
+    ck_assert(src && a && e && rows16);
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+        int nr = dims[di][0], nc = dims[di][1];
+        for (int i = 0; i < ROWS * LD; i++) src[i] = pack_value();
+        for (int i = 0; i < ROWS * LD; i++) rows16[i] = (uint16_t)(unif() * 65536.0);
+        /* to_rows: dst ld in bf16 elements (even), rows up to round_up(nr, 16) */
+        memset(a, 0xa5, sizeof(uint32_t) * ROWS * LD); memset(e, 0xa5, sizeof(uint32_t) * ROWS * LD);
+        X->to_rows((uint16_t *)a, 2 * LD, src, LD, nr, nc);
+        E->to_rows((uint16_t *)e, 2 * LD, src, LD, nr, nc);
+        ck_assert_msg(!memcmp(a, e, sizeof(uint32_t) * ROWS * LD), "to_rows %dx%d differs from the emulation", nr, nc);
+        /* to_pairs: reads columns up to round_up(nc, 16), writes round_up(nr, 32)/2 rows */
+        memset(a, 0xa5, sizeof(uint32_t) * ROWS * LD); memset(e, 0xa5, sizeof(uint32_t) * ROWS * LD);
+        X->to_pairs(a, LD, src, LD, nr, nc);
+        E->to_pairs(e, LD, src, LD, nr, nc);
+        ck_assert_msg(!memcmp(a, e, sizeof(uint32_t) * ROWS * LD), "to_pairs %dx%d differs from the emulation", nr, nc);
+        /* tr32 */
+        memset(a, 0xa5, sizeof(uint32_t) * ROWS * LD); memset(e, 0xa5, sizeof(uint32_t) * ROWS * LD);
+        X->tr32(a, ROWS, (const uint32_t *)src, LD, nr, nc);
+        E->tr32(e, ROWS, (const uint32_t *)src, LD, nr, nc);
+        ck_assert_msg(!memcmp(a, e, sizeof(uint32_t) * ROWS * LD), "tr32 %dx%d differs from the emulation", nr, nc);
+        /* pair_rows, including its Inf/NaN flag */
+        const uint16_t *rp[ROWS];
+        for (int r = 0; r < nr; r++) rp[r] = rows16 + r * LD;
+        memset(a, 0xa5, sizeof(uint32_t) * ROWS * LD); memset(e, 0xa5, sizeof(uint32_t) * ROWS * LD);
+        int fa = X->pair_rows(a, LD, rp, nr, nc), fe = E->pair_rows(e, LD, rp, nr, nc);
+        ck_assert_msg(fa == fe, "pair_rows %dx%d: Inf/NaN flag %d, emulation %d", nr, nc, fa, fe);
+        ck_assert_msg(!memcmp(a, e, sizeof(uint32_t) * ROWS * LD), "pair_rows %dx%d differs from the emulation", nr, nc);
+    }
+    free(src); free(a); free(e); free(rows16);
+}
+END_TEST
+
+START_TEST(test_amx_gemm)
+{
+    static const int shapes[][3] = { { 16, 16, 1 }, { 17, 5, 2 }, { 48, 40, 4 }, { 64, 64, 3 }, { 1, 33, 1 } };
+    const fa_cpu_amx_kernels *X = &fa_cpu_kernels_amx, *E = &fa_cpu_kernels_amx_emu;
+    enum { LDA = 160, LDB = 80, LDC = 80 };
+    uint16_t *A = malloc(sizeof(uint16_t) * 64 * LDA);
+    uint32_t *B = malloc(sizeof(uint32_t) * 64 * LDB);
+    float *c0 = malloc(sizeof(float) * 64 * LDC), *c1 = malloc(sizeof(float) * 64 * LDC);
+    float *mag = malloc(sizeof(float) * 64 * LDC);
+    ck_assert(A && B && c0 && c1 && mag);
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int acc = 0; acc < 2; acc++) {
+            int m = shapes[si][0], n = shapes[si][1], k32 = shapes[si][2];
+            for (int i = 0; i < 64 * LDA; i++) {
+                float f = (float)(unif() - 0.5);
+                uint32_t w; memcpy(&w, &f, 4); A[i] = (uint16_t)(w >> 16);
+            }
+            for (int i = 0; i < 64 * LDB; i++) {
+                float f = (float)(unif() - 0.5), g = (float)(unif() - 0.5);
+                uint32_t w, v; memcpy(&w, &f, 4); memcpy(&v, &g, 4);
+                B[i] = (w >> 16) | (v & 0xffff0000u);
+            }
+            for (int i = 0; i < 64 * LDC; i++) c0[i] = c1[i] = (float)(unif() - 0.5);
+            /* the bound: fp32 roundoff of the sum of |terms| (order of summation differs) */
+            for (int i = 0; i < 64 * LDC; i++) mag[i] = acc ? fabsf(c0[i]) : 0.0f;
+            E->gemm(m, n, k32, A, LDA, B, LDB, c0, LDC, acc);
+            X->gemm(m, n, k32, A, LDA, B, LDB, c1, LDC, acc);
+            int mend = (m + 15) / 16 * 16, nend = (n + 15) / 16 * 16;
+            for (int i = 0; i < mend; i++)
+                for (int j = 0; j < nend; j++) {
+                    double t = mag[i * LDC + j];
+                    for (int kk = 0; kk < 32 * k32; kk++) {
+                        uint32_t w = B[(kk / 2) * LDB + j];
+                        uint32_t bb = (kk & 1) ? (w & 0xffff0000u) : (w << 16), ab = (uint32_t)A[i * LDA + kk] << 16;
+                        float x, y; memcpy(&x, &ab, 4); memcpy(&y, &bb, 4);
+                        t += fabs((double)x * y);
+                    }
+                    double d = fabs((double)c0[i * LDC + j] - c1[i * LDC + j]);
+                    ck_assert_msg(d <= 64 * 0x1p-24 * t + 1e-30,
+                                  "amx gemm m%d n%d k32 %d acc %d [%d][%d]: %.9g vs emulation %.9g",
+                                  m, n, k32, acc, i, j, c1[i * LDC + j], c0[i * LDC + j]);
+                }
+        }
+    free(A); free(B); free(c0); free(c1); free(mag);
+}
+END_TEST
+#endif
+
 int main(void)
 {
     find_sets();
@@ -190,6 +330,18 @@ int main(void)
     tcase_add_loop_test(tc, test_exp_sub, 0, 2);
     tcase_add_loop_test(tc, test_softmax_fwd, 0, 6);
     suite_add_tcase(su, tc);
+#ifdef FA_HAVE_AMX
+    int al = amx_level();
+    TCase *ta = tcase_create("amx");
+    tcase_set_timeout(ta, 60);
+    if (al >= 1) tcase_add_test(ta, test_amx_packing);
+    else fprintf(stderr, "NOTE: test_kernels: the AMX set's packing kernels not run: this CPU lacks AVX-512 BF16\n");
+    if (al >= 2) tcase_add_test(ta, test_amx_gemm);
+    else fprintf(stderr, "NOTE: test_kernels: the AMX tile gemm not run: this CPU or OS lacks AMX\n");
+    suite_add_tcase(su, ta);
+#else
+    fprintf(stderr, "NOTE: test_kernels: the AMX set not compiled in: its kernels not run\n");
+#endif
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
     int nf = srunner_ntests_failed(sr);

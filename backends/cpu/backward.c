@@ -48,11 +48,104 @@ int fa_cpu_bwd_chunks(const fa_problem *p, int bkv)
     return c < 1 ? 1 : (int)c;
 }
 
+/* One Q block's operands (the "Q side"), packed once and read for every KV tile:
+   fp32 Q^T [dqk][ldq], Q [ldq][ldk], dO^T [dv][ldq], dO [ldq][ldv], lse and D [ldq];
+   with AMX (bf16 q, k, v, dout) also the bf16 B operands of four products, in 32-bit words
+   of two bf16 (kernels.h, fa_cpu_amx_kernels):
+     qtp  Q^T pairs over d   [round_up(dqk, 32)/2][ldq]   S^T = K Q^T
+     dotp dO^T pairs over d  [round_up(dv, 32)/2][ldq]    dP^T = V dO^T
+     dop  dO pairs over rows [lqp][ldv]                   dV += P^T dO
+     qp   Q pairs over rows  [lqp][ldk]                   dK += dS^T Q     */
 typedef struct {
-    float *kc, *vc, *dk, *dv, *qt, *qc, *dot, *doc, *s, *dp, *pd, *t, *lse, *d, *row, *row2, *qcache;
+    int64_t dqk, dv, ldq, ldk, ldv, kq32, kv32, lqp;
+    int amx;
+} qgeom;
+
+typedef struct {
+    float *qt, *qc, *dot, *doc, *lse, *d;
+    uint32_t *qtp, *dotp, *dop, *qp;
+} qside;
+
+/* Floats of one Q-side block; 0 and *ovf set when it does not fit int64. */
+static int64_t qside_size(const qgeom *g, int *ovf)
+{
+    int64_t n = fa_sz_mul(fa_sz_add(g->dqk, g->dv, ovf), g->ldq, ovf);
+    n = fa_sz_add(n, fa_sz_mul(g->ldq, fa_sz_add(g->ldk, g->ldv, ovf), ovf), ovf);
+    n = fa_sz_add(n, 2 * g->ldq, ovf);
+    if (g->amx) {
+        n = fa_sz_add(n, fa_sz_mul(16 * (g->kq32 + g->kv32), g->ldq, ovf), ovf);
+        n = fa_sz_add(n, fa_sz_mul(g->lqp, fa_sz_add(g->ldk, g->ldv, ovf), ovf), ovf);
+    }
+    return n;
+}
+
+static qside qside_at(float *blk, const qgeom *g)
+{
+    qside q;
+    q.qt = blk;
+    q.qc = q.qt + g->dqk * g->ldq;
+    q.dot = q.qc + g->ldq * g->ldk;
+    q.doc = q.dot + g->dv * g->ldq;
+    q.lse = q.doc + g->ldq * g->ldv;
+    q.d = q.lse + g->ldq;
+    float *e = q.d + g->ldq;
+    q.qtp = q.dotp = q.dop = q.qp = NULL;
+    if (g->amx) {
+        q.qtp = (uint32_t *)e;
+        q.dotp = q.qtp + 16 * g->kq32 * g->ldq;
+        q.dop = q.dotp + 16 * g->kv32 * g->ldq;
+        q.qp = q.dop + g->lqp * g->ldv;
+    }
+    return q;
+}
+
+typedef struct {
+    float *kc, *vc, *dk, *dv, *s, *dp, *pd, *t, *row, *row2, *qcache;
+    float *qblock;   /* this thread's Q side when there is no cache */
     unsigned char *qflag;
     int64_t *hr, *ir, *idrop, *lo, *hi;
+    /* AMX: K, V rows bf16 [bkv][ldka|ldva]; K pairs over keys [lkp][ldk] words; P^T or
+       dS^T rows bf16 [bkv][ldpa]; dS^T pairs [lkp][ldq] words; dS rows bf16 [ldq][ldsa];
+       a bf16 row temp [ldq][ldt]; a dQ tile [ldq][lddq] for a block of rows not a
+       multiple of 16 (the tile gemm writes whole 16-row tiles) */
+    uint16_t *kb, *vb, *pb, *dsb, *t16;
+    uint32_t *kp, *tp;
+    float *dqt;
 } bwd_scratch;
+
+/* Leading dimension (bf16 elements) of an AMX A operand with k = n: whole 32-element
+   steps, an odd number of 64-byte lines (as fa_cpu_ld, for the tile loads' L1 sets). */
+static int64_t amx_ld(int64_t n)
+{
+    int64_t r = (n + 31) / 32 * 32;
+    return (r / 32) % 2 == 0 ? r + 32 : r;
+}
+
+/* The AMX parts of a Q-side block from its fp32 parts (rows r < ni; exact: the fp32
+   rows hold bf16 values, fully masked rows zeros). Columns ni .. round_up(ni, 16) of the
+   transposed operands are zeros, so the score and dP tiles' padding columns stay finite. */
+static void pack_q_amx(const fa_cpu_amx_kernels *X, const fa_cpu_kernels *K, const qgeom *g,
+                       const qside *q, int ni, uint16_t *t16, int64_t ldt)
+{
+    int rend = (ni + 15) / 16 * 16;
+    for (int pass = 0; pass < 2; pass++) {
+        const float *src = pass ? q->doc : q->qc;
+        int64_t n = pass ? g->dv : g->dqk, lds = pass ? g->ldv : g->ldk;
+        int64_t k32 = pass ? g->kv32 : g->kq32;
+        for (int r = 0; r < rend; r++) {
+            uint16_t *d = t16 + r * ldt;
+            if (r < ni) {
+                K->cvt_out(d, FA_BF16, src + r * lds, n, 1.0f);
+                memset(d + n, 0, sizeof(uint16_t) * (size_t)(32 * k32 - n));
+            } else {
+                memset(d, 0, sizeof(uint16_t) * (size_t)(32 * k32));
+            }
+        }
+        X->tr32(pass ? q->dotp : q->qtp, g->ldq, (const uint32_t *)t16, ldt / 2, rend, (int)(16 * k32));
+    }
+    X->to_pairs(q->dop, g->ldv, q->doc, g->ldv, ni, (int)g->dv);
+    X->to_pairs(q->qp, g->ldk, q->qc, g->ldk, ni, (int)g->dqk);
+}
 
 static const void *qptr(const fa_tensor *t, const fa_seq *s, int64_t i, int64_t h)
 {
@@ -170,13 +263,33 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
 
     /* kc, vc, dk, dv [bkv x ld]; qt [dqk x ldq]; qc [ldq x ldk]; dot [dv x ldq];
        doc [ldq x ldv]; s, dp, pd, t [bkv x ldq]; lse, d; row, row2; 5 int64 arrays */
+    /* AMX products for bf16 q, k, v and dout (kernels_amx.c): P and dS rounded to bf16
+       as the same-precision reference rounds them, fp32 accumulation */
+    const fa_cpu_state *st = (const fa_cpu_state *)ctx->impl;
+    const fa_cpu_amx_kernels *X = p->q.dtype == FA_BF16 && p->k.dtype == FA_BF16 &&
+                                  p->v.dtype == FA_BF16 && p->dout.dtype == FA_BF16 ? st->amx : NULL;
+    qgeom g;
+    g.dqk = dqk; g.dv = dv; g.ldq = ldq; g.ldk = ldk; g.ldv = ldv; g.amx = X != NULL;
+    g.kq32 = fa_sz_add(dqk, 31, &ovf) / 32; g.kv32 = fa_sz_add(dv, 31, &ovf) / 32;
+    g.lqp = (ldq + 31) / 32 * 16;
+    int64_t qblk = fa_sz_pad(qside_size(&g, &ovf), &ovf);
+    int64_t ldka = X ? amx_ld(32 * g.kq32) : 0, ldva = X ? amx_ld(32 * g.kv32) : 0;
+    int64_t ldpa = X ? amx_ld(ldq) : 0, ldsa = X ? amx_ld(bkv) : 0;
+    int64_t ldt = ldka > ldva ? ldka : ldva, lkp = ((int64_t)bkv + 31) / 32 * 16;
+    /* kc, vc, dk, dv [bkv x ld]; a Q-side block; s, dp, pd, t [bkv x ldq]; row, row2;
+       5 int64 arrays [ldq]; AMX buffers (bwd_scratch), in floats */
     int64_t per = fa_sz_mul(2 * (int64_t)bkv, fa_sz_add(ldk, ldv, &ovf), &ovf);
-    per = fa_sz_add(per, fa_sz_mul(dqk, ldq, &ovf), &ovf);
-    per = fa_sz_add(per, fa_sz_mul(ldq, ldk, &ovf), &ovf);
-    per = fa_sz_add(per, fa_sz_mul(dv, ldq, &ovf), &ovf);
-    per = fa_sz_add(per, fa_sz_mul(ldq, ldv, &ovf), &ovf);
+    per = fa_sz_add(per, qblk, &ovf);
     per = fa_sz_add(per, fa_sz_mul(2, dmaxp, &ovf), &ovf);
-    per = fa_sz_add(per, 4 * (int64_t)bkv * ldq + 2 * ldq + 5 * ldq * 2, &ovf);
+    per = fa_sz_add(per, 4 * (int64_t)bkv * ldq + 5 * ldq * 2, &ovf);
+    if (X) {   /* the eight pieces bwd_scratch takes, each rounded up to 16 floats */
+        int64_t amxper = fa_sz_mul(bkv, fa_sz_add(ldka, ldva, &ovf), &ovf) / 2;
+        amxper = fa_sz_add(amxper, fa_sz_mul(lkp, fa_sz_add(ldk, ldq, &ovf), &ovf), &ovf);
+        amxper = fa_sz_add(amxper, fa_sz_mul(bkv, ldpa, &ovf) / 2, &ovf);
+        amxper = fa_sz_add(amxper, fa_sz_mul(ldq, fa_sz_add(ldsa, ldt, &ovf), &ovf) / 2, &ovf);
+        amxper = fa_sz_add(amxper, fa_sz_mul(ldq, fa_sz_ld(dqk, &ovf), &ovf), &ovf);
+        per = fa_sz_add(per, fa_sz_add(amxper, 8 * 16, &ovf), &ovf);
+    }
     per = fa_sz_pad(per, &ovf);
     int64_t scrsz = fa_sz_mul(per, nt, &ovf);
     /* dQ partials [C][hq][qrows][lddq]: the rows of one head contiguous, so the dQ
@@ -186,9 +299,6 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
     /* per-thread Q-side cache of one (b, KV head): every Q block of every head in the
        group, packed once per task instead of once per KV tile */
     int64_t nqbmax = fa_sz_ceil_div(p->max_sq, bq);
-    int64_t qblk = fa_sz_add(fa_sz_mul(fa_sz_add(dqk, dv, &ovf), ldq, &ovf),
-                             fa_sz_mul(ldq, fa_sz_add(ldk, ldv, &ovf), &ovf), &ovf);
-    qblk = fa_sz_add(qblk, 2 * ldq, &ovf);
     int qovf = 0;   /* the caches are optional: one that does not fit is not used */
     int64_t qcper = fa_sz_pad(fa_sz_mul(fa_sz_mul(nqbmax, p->group, &qovf), qblk, &qovf), &qovf);
     /* shared Q-side pack (C >= 4, i.e. B*Hkv <= 8): every (b, head, Q block) packed once,
@@ -238,20 +348,31 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
         w.vc = base; base += (int64_t)bkv * ldv;
         w.dk = base; base += (int64_t)bkv * ldk;
         w.dv = base; base += (int64_t)bkv * ldv;
-        w.qt = base; base += dqk * ldq;
-        w.qc = base; base += ldq * ldk;
-        w.dot = base; base += dv * ldq;
-        w.doc = base; base += ldq * ldv;
+        w.qblock = base; base += qblk;
         w.s = base; base += (int64_t)bkv * ldq;
         w.dp = base; base += (int64_t)bkv * ldq;
         w.pd = base; base += (int64_t)bkv * ldq;
         w.t = base; base += (int64_t)bkv * ldq;
-        w.lse = base; base += ldq;
-        w.d = base; base += ldq;
         w.row = base; base += fa_cpu_pad(dmax);
         w.row2 = base; base += fa_cpu_pad(dmax);
         int64_t *ib = (int64_t *)base;
         w.hr = ib; w.ir = ib + ldq; w.idrop = ib + 2 * ldq; w.lo = ib + 3 * ldq; w.hi = ib + 4 * ldq;
+        base += 10 * ldq;
+        w.kb = w.vb = w.pb = w.dsb = w.t16 = NULL;
+        w.kp = w.tp = NULL;
+        w.dqt = NULL;
+        if (X) {   /* 64-byte aligned pieces (each size rounded up to 16 floats) */
+#define AMX_TAKE(ptr, type, nfl) do { ptr = (type *)base; base += ((nfl) + 15) / 16 * 16; } while (0)
+            AMX_TAKE(w.kb, uint16_t, bkv * ldka / 2);
+            AMX_TAKE(w.vb, uint16_t, bkv * ldva / 2);
+            AMX_TAKE(w.kp, uint32_t, lkp * ldk);
+            AMX_TAKE(w.tp, uint32_t, lkp * ldq);
+            AMX_TAKE(w.pb, uint16_t, bkv * ldpa / 2);
+            AMX_TAKE(w.dsb, uint16_t, ldq * ldsa / 2);
+            AMX_TAKE(w.t16, uint16_t, ldq * ldt / 2);
+            AMX_TAKE(w.dqt, float, ldq * lddq);
+#undef AMX_TAKE
+        }
         w.qcache = qcache ? qcache + qcper * fa_cpu_tid() : NULL;
         w.qflag = qflags ? qflags + nqbmax * p->group * fa_cpu_tid() : NULL;
 
@@ -287,14 +408,14 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                 int64_t b = x / (p->hq * nqbmax), h = (x / nqbmax) % p->hq, qb = x % nqbmax;
                 fa_seq sq = fa_problem_seq(p, b);
                 int64_t i0 = qb * bq;
-                float *qt = qsh + x * qblk, *qc = qt + dqk * ldq, *dot = qc + ldq * ldk;
-                float *doc = dot + dv * ldq, *lsev = doc + ldq * ldv, *dd = lsev + ldq;
-                memset(qt, 0, sizeof(float) * (size_t)qblk);
+                qside q = qside_at(qsh + x * qblk, &g);
+                memset(q.qt, 0, sizeof(float) * (size_t)qblk);
                 if (i0 >= sq.sq) continue;
                 int ni = (int)(sq.sq - i0 < bq ? sq.sq - i0 : bq);
                 for (int r = 0; r < ni; r++)
-                    pack_q_row(p, K, &sq, b, h, i0 + r, r, ldq, ldk, ldv, D, qt, qc, dot, doc,
-                               lsev, dd);
+                    pack_q_row(p, K, &sq, b, h, i0 + r, r, ldq, ldk, ldv, D, q.qt, q.qc, q.dot,
+                               q.doc, q.lse, q.d);
+                if (X) pack_q_amx(X, K, &g, &q, ni, w.t16, ldt);
             }
         }
 
@@ -325,6 +446,11 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                    see the key). */
                 int kbad = fa_cpu_nonfinite(w.kc, nk, dqk, ldk);
                 int kvbad = kbad || fa_cpu_nonfinite(w.vc, nk, dv, ldv);
+                if (X) {   /* K, V rows bf16 (A of S^T, dP^T); K pairs over keys (B of dQ) */
+                    X->to_rows(w.kb, ldka, w.kc, ldk, nk, (int)dqk);
+                    X->to_rows(w.vb, ldva, w.vc, ldv, nk, (int)dv);
+                    X->to_pairs(w.kp, ldk, w.kc, ldk, nk, (int)dqk);
+                }
                 memset(w.dk, 0, sizeof(float) * (size_t)(nk * ldk));
                 memset(w.dv, 0, sizeof(float) * (size_t)(nk * ldv));
                 for (int64_t h = hk * p->group; h < (hk + 1) * p->group; h++) {
@@ -345,23 +471,22 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                         if (!any) continue;
                         /* Q-side block: Q^T, Q, dO^T, dO, lse, D (cached per thread for the
                            whole (b, KV head) when it fits, else packed here) */
-                        float *qt = w.qt, *qc = w.qc, *dot = w.dot, *doc = w.doc, *lsev = w.lse, *dd = w.d;
                         int64_t qb = i0 / bq;
                         unsigned char *flag = NULL;
+                        float *blk = w.qblock;
                         if (qsh) {
-                            qt = qsh + ((b * p->hq + h) * nqbmax + qb) * qblk;
-                            qc = qt + dqk * ldq; dot = qc + ldq * ldk; doc = dot + dv * ldq;
-                            lsev = doc + ldq * ldv; dd = lsev + ldq;
+                            blk = qsh + ((b * p->hq + h) * nqbmax + qb) * qblk;
                         } else if (qcache) {
-                            float *blk = w.qcache + ((h - hk * p->group) * nqbmax + qb) * qblk;
-                            qt = blk; qc = qt + dqk * ldq; dot = qc + ldq * ldk; doc = dot + dv * ldq;
-                            lsev = doc + ldq * ldv; dd = lsev + ldq;
+                            blk = w.qcache + ((h - hk * p->group) * nqbmax + qb) * qblk;
                             flag = &w.qflag[(h - hk * p->group) * nqbmax + qb];
                         }
+                        qside q = qside_at(blk, &g);
+                        float *qt = q.qt, *qc = q.qc, *dot = q.dot, *doc = q.doc, *lsev = q.lse, *dd = q.d;
                         if (!qsh && (!flag || !*flag)) {
                             for (int r = 0; r < ni; r++)
                                 pack_q_row(p, K, &sq, b, h, i0 + r, r, ldq, ldk, ldv, D, qt, qc,
                                            dot, doc, lsev, dd);
+                            if (X) pack_q_amx(X, K, &g, &q, ni, w.t16, ldt);
                             if (flag) *flag = 1;
                         }
                         /* A partly masked pair whose data holds Inf/NaN (rare): K or V of the
@@ -379,14 +504,23 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                             dobad = fa_cpu_nonfinite(doc, ni, dv, ldv);
                         }
                         const int sel = !full && (kvbad || qbad || dobad || lbad);
-                        K->gemm_rowA(nk, ni, (int)dqk, w.kc, ldk, qt, ldq, w.s, ldq, 0);
+                        /* AMX tiles unless a select is needed (the fp32 path below does it) */
+                        const int amx = X && !sel;
+                        const int k32q = (ni + 31) / 32;
+                        if (amx)
+                            X->gemm(nk, ni, (int)g.kq32, w.kb, ldka, q.qtp, ldq, w.s, ldq, 0);
+                        else
+                            K->gemm_rowA(nk, ni, (int)dqk, w.kc, ldk, qt, ldq, w.s, ldq, 0);
                         if (slow)
                             fa_cpu_score_pass(p, &sq, b, w.s, nk, ni, ldq, j0, w.hr, w.ir,
                                               p->softcap > 0.0f ? w.t : NULL);
                         if (!full) fa_cpu_mask_pass(w.s, nk, ni, ldq, j0, w.lo, w.hi);
                         K->exp_sub(w.s, nk, ni, ldq, slow ? 1.0f : p->scale, lsev);
                         if (sel) zero_masked(w.s, nk, ni, ldq, j0, w.lo, w.hi);
-                        K->gemm_rowA(nk, ni, (int)dv, w.vc, ldv, dot, ldq, w.dp, ldq, 0);
+                        if (amx)
+                            X->gemm(nk, ni, (int)g.kv32, w.vb, ldva, q.dotp, ldq, w.dp, ldq, 0);
+                        else
+                            K->gemm_rowA(nk, ni, (int)dv, w.vc, ldv, dot, ldq, w.dp, ldq, 0);
                         const float *pv = w.s;
                         if (drop) {
                             for (int j = 0; j < nk; j++)
@@ -395,7 +529,10 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                                                 w.pd, w.dp);
                             pv = w.pd;
                         }
-                        if (sel && dobad)
+                        if (amx) {
+                            X->to_rows(w.pb, ldpa, pv, ldq, nk, ni);
+                            X->gemm(nk, (int)dv, k32q, w.pb, ldpa, q.dop, ldv, w.dv, ldv, 1);
+                        } else if (sel && dobad)
                             visible_rowA(pv, ldq, doc, ldv, w.dv, ldv, nk, ni, (int)dv, j0, w.lo, w.hi);
                         else
                             K->gemm_rowA(nk, (int)dv, ni, pv, ldq, doc, ldv, w.dv, ldv, 1);
@@ -407,18 +544,37 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                                     w.dp[j * ldq + r] *= 1.0f - th * th;
                                 }
                         if (sel) zero_masked(w.dp, nk, ni, ldq, j0, w.lo, w.hi);
-                        if (sel && qbad)
+                        if (amx) {
+                            X->to_rows(w.pb, ldpa, w.dp, ldq, nk, ni);
+                            X->gemm(nk, (int)dqk, k32q, w.pb, ldpa, q.qp, ldk, w.dk, ldk, 1);
+                        } else if (sel && qbad)
                             visible_rowA(w.dp, ldq, qc, ldk, w.dk, ldk, nk, ni, (int)dqk, j0, w.lo, w.hi);
                         else
                             K->gemm_rowA(nk, (int)dqk, ni, w.dp, ldq, qc, ldk, w.dk, ldk, 1);
                         float *dqb = dqc + (h * qrows + qbase + i0) * lddq;
-                        if (sel && kbad) {
+                        if (amx) {
+                            /* dS rows bf16 = word transpose of the dS^T pairs over keys; the
+                               tile gemm writes whole 16-row tiles, so a block whose rows are
+                               not a multiple of 16 goes through a tile of its own */
+                            int kp32 = (nk + 31) / 32, rq = (ni + 15) / 16 * 16;
+                            X->to_pairs(w.tp, ldq, w.dp, ldq, nk, ni);
+                            X->tr32((uint32_t *)w.dsb, ldsa / 2, w.tp, ldq, 16 * kp32, rq);
+                            if (rq == ni) {
+                                X->gemm(ni, (int)dqk, kp32, w.dsb, ldsa, w.kp, ldk, dqb, lddq, 1);
+                            } else {
+                                for (int r = 0; r < ni; r++)
+                                    memcpy(w.dqt + r * lddq, dqb + r * lddq, sizeof(float) * (size_t)dqk);
+                                X->gemm(ni, (int)dqk, kp32, w.dsb, ldsa, w.kp, ldk, w.dqt, lddq, 1);
+                                for (int r = 0; r < ni; r++)
+                                    memcpy(dqb + r * lddq, w.dqt + r * lddq, sizeof(float) * (size_t)dqk);
+                            }
+                        } else if (sel && kbad) {
                             for (int r = 0; r < ni; r++)
                                 for (int j = 0; j < nk; j++) {
                                     if (j0 + j < w.lo[r] || j0 + j >= w.hi[r]) continue;
-                                    float g = w.dp[j * ldq + r];
+                                    float gr = w.dp[j * ldq + r];
                                     for (int64_t x = 0; x < dqk; x++)
-                                        dqb[r * lddq + x] += g * w.kc[j * ldk + x];
+                                        dqb[r * lddq + x] += gr * w.kc[j * ldk + x];
                                 }
                         } else {
                             K->gemm_colA(ni, (int)dqk, nk, w.dp, ldq, w.kc, ldk, dqb, lddq, 1);

@@ -159,6 +159,13 @@ static fa_status cpu_init(fa_context *ctx)
 #else
     st->amx = NULL;
 #endif
+    /* tests only: the AMX loop nests on the C emulation of the tile kernels, so that a
+       machine without AMX still runs them (kernels_amx_emu.c) */
+    const char *emu = getenv("FA_CPU_AMX_EMULATE");
+    if (!st->amx && emu && emu[0] == '1') {
+        st->amx = &fa_cpu_kernels_amx_emu;
+        fa_verbose(ctx, "cpu: AMX tile kernels emulated in C (FA_CPU_AMX_EMULATE=1; tests only, slow)");
+    }
     /* vdpbf16ps pays only where it issues at the FMA rate (AMD Zen 4/5: 2x the fp32
        flops). On Intel Xeon (Sapphire/Emerald Rapids) it issues at a quarter of the FMA
        rate, so 64-flop dot products give half the fp32 FMA flop rate (measured on the dev
@@ -204,7 +211,9 @@ static void cpu_describe(const fa_context *ctx, char *buf, size_t len)
     char why[512];
     fa_appendf(buf, len, "cpu backend: kernel set %s (register tile %d x %d)%s, FA_CPU_ISA caps it\n",
                st->k->name, st->k->mr, st->k->nr,
-               st->amx ? ", bf16 forward by AMX tiles (TDPBF16PS, 16x16 fp32 C tiles, 2x2 blocks)"
+               st->amx == &fa_cpu_kernels_amx_emu
+               ? ", bf16 forward and backward by AMX tile kernels emulated in C (FA_CPU_AMX_EMULATE=1, tests only)"
+               : st->amx ? ", bf16 forward and backward by AMX tiles (TDPBF16PS, 16x16 fp32 C tiles, 2x2 blocks)"
                : st->bf16dot ? ", bf16 forward by AVX512-BF16 dot products" : "");
     fa_appendf(buf, len, "caches per core: L1d %lld KiB, L2 %lld KiB, L3 %lld KiB shared%s; %d cores\n",
                (long long)(ctx->topo.l1d >> 10), (long long)(ctx->topo.l2 >> 10),
@@ -222,16 +231,17 @@ static void cpu_describe(const fa_context *ctx, char *buf, size_t len)
 
 /* Kernel names: static strings, [isa][bwd][dtype][variant]; variant bit 0: per-score
    pipeline in scalar C (softcap/ALiBi/bias/negative scale), bit 1: split-KV (forward) */
-static char names[4][2][5][4][128];
+static char names[4][2][6][4][128];
 static pthread_once_t names_once = PTHREAD_ONCE_INIT;
 static void names_init(void)
 {
     static const char *dt[] = { "fp32", "fp16 (converted, fp32 kernels)",
                                 "bf16 (converted, fp32 kernels)", "bf16 (vdpbf16ps dot products)",
-                                "bf16 (AMX tiles, fp32 accumulation)" };
+                                "bf16 (AMX tiles, fp32 accumulation)",
+                                "bf16 (AMX tile kernels emulated in C, FA_CPU_AMX_EMULATE)" };
     for (int i = 0; i < 4; i++)
         for (int b = 0; b < 2; b++)
-            for (int t = 0; t < 5; t++)
+            for (int t = 0; t < 6; t++)
                 for (int v = 0; v < 4; v++)
                     snprintf(names[i][b][t][v], sizeof names[i][b][t][v], "cpu/%s %s %s%s%s",
                              isa_names[i], dt[t], b ? "backward" : "forward",
@@ -251,9 +261,14 @@ static fa_status cpu_query(fa_context *ctx, const fa_problem *p, int backward, c
         if (fa_cpu_fwd_splits(p, bq, bkv, NULL, NULL) > 1) v |= 2;
     }
     int t = p->q.dtype == FA_F16 ? 1 : p->q.dtype == FA_BF16 ? 2 : 0;
-    /* the amx set runs only the bf16 forward on tiles; other calls name the avx512 kernels */
+    /* the amx set runs the bf16 forward (q, k, v bf16) and backward (dout bf16 too) on
+       tiles; other calls name the avx512 kernels */
     int isa = st->isa == FA_CPU_AMX ? FA_CPU_AVX512 : st->isa;
-    if (t == 2 && !backward && st->amx && p->k.dtype == FA_BF16 && p->v.dtype == FA_BF16) {
+    int amx = t == 2 && st->amx && p->k.dtype == FA_BF16 && p->v.dtype == FA_BF16 &&
+              (!backward || p->dout.dtype == FA_BF16);
+    if (amx && st->amx == &fa_cpu_kernels_amx_emu) {
+        t = 5;
+    } else if (amx) {
         t = 4;
         isa = FA_CPU_AMX;
     } else if (t == 2 && !backward && st->bf16dot) t = 3;

@@ -93,7 +93,8 @@ extern const fa_cpu_kernels fa_cpu_kernels_avx2;
 extern const fa_cpu_kernels fa_cpu_kernels_avx512;
 #endif
 
-/* Intel AMX bf16 (kernels_amx.c; used with the avx512 set for everything else). Tiles of
+/* Intel AMX bf16 (kernels_amx.c; the bf16 forward's and backward's products; the avx512 set
+ * does everything else). Tiles of
  * 16 x 16 fp32 C, 16 x 32 bf16 A, 32 x 16 bf16 B; fp32 accumulation inside TDPBF16PS
  * (bf16 denormal inputs read as 0).
  *   gemm: C[m][n] (+)= A[m][k] B[k][n] with k = 32 * k32,
@@ -120,9 +121,16 @@ typedef struct {
        0); returns 1 when an element is Inf/NaN. V^T = tr32(pair_rows(V)). */
     void (*tr32)(uint32_t *dst, int64_t ldd, const uint32_t *src, int64_t lds, int rows, int cols);
     int (*pair_rows)(uint32_t *dst, int64_t ldd, const uint16_t *const *rows, int nrows, int ncols);
+    /* to_rows: fp32 src[r*lds + c] -> bf16 dst[r*ldd + c] (RNE, NaN stays NaN), r < rows,
+       c < cols; zeros in columns up to round_up(cols, 32) and in rows up to
+       round_up(rows, 16): the A operand of gemm with k = cols (the backward's P^T, dS^T). */
+    void (*to_rows)(uint16_t *dst, int64_t ldd, const float *src, int64_t lds, int rows, int cols);
 } fa_cpu_amx_kernels;
 #ifdef FA_HAVE_AMX
 extern const fa_cpu_amx_kernels fa_cpu_kernels_amx;
 #endif
+/* The same contract in plain C (kernels_amx_emu.c): tests of the AMX loop nests on CPUs
+   without AMX, FA_CPU_AMX_EMULATE=1 only. */
+extern const fa_cpu_amx_kernels fa_cpu_kernels_amx_emu;
 
 #endif /* FA_CPU_KERNELS_H */

@@ -1,5 +1,5 @@
 /* kernels_amx.c - Intel AMX bf16 kernels (TDPBF16PS tiles, fp32 accumulation) for the
- * bf16 forward (kernels.h, fa_cpu_amx_kernels). Built as its own convenience library with
+ * bf16 forward and backward (kernels.h, fa_cpu_amx_kernels). Built as its own convenience library with
  * -mamx-tile -mamx-bf16 plus the AVX-512 (+BF16) flags; cpu.c calls it only after CPUID
  * (AMX-BF16, AMX-TILE, AVX512-BF16), XGETBV (XTILECFG/XTILEDATA) and the Linux
  * arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA) permission request all agree.
@@ -121,6 +121,35 @@ static void amx_to_pairs(uint32_t *dst, int64_t ldd, const float *src, int64_t l
     }
 }
 
+/* fp32 src[r*lds + c] -> bf16 dst[r*ldd + c] (round to nearest even, NaN kept NaN) for
+   r < rows, c < cols; columns cols .. round_up(cols, 32) and rows rows .. round_up(rows, 16)
+   (up to the 32-column bound) written as 0: an A operand of amx_gemm with k = cols. */
+static void amx_to_rows(uint16_t *dst, int64_t ldd, const float *src, int64_t lds, int rows, int cols)
+{
+    const __m512i one = _mm512_set1_epi32(1), r7 = _mm512_set1_epi32(0x7fff);
+    const __m512i absm = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+    int cend = (cols + 31) / 32 * 32, rend = (rows + 15) / 16 * 16;
+    for (int r = 0; r < rend; r++) {
+        uint16_t *d = dst + (int64_t)r * ldd;
+        if (r >= rows) {
+            memset(d, 0, sizeof(uint16_t) * (size_t)cend);
+            continue;
+        }
+        const float *x = src + (int64_t)r * lds;
+        for (int c0 = 0; c0 < cend; c0 += 16) {
+            int n = cols - c0;
+            __mmask16 mk = n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
+            __m512i u = _mm512_castps_si512(_mm512_maskz_loadu_ps(mk, x + c0));
+            __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, absm), inf);
+            __m512i t = _mm512_add_epi32(_mm512_add_epi32(u, r7),
+                                         _mm512_and_si512(_mm512_srli_epi32(u, 16), one));
+            t = _mm512_srli_epi32(t, 16);
+            t = _mm512_mask_or_epi32(t, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+            _mm256_storeu_si256((__m256i *)(d + c0), _mm512_cvtepi32_epi16(t));
+        }
+    }
+}
+
 /* o[c*ld + r] *= alpha[r] for c < rows, r < round_up(n, 16); 16-column groups whose alpha
    are all 1 are skipped (the running max did not move for those queries). */
 static void amx_scale_cols(float *o, int64_t ld, int rows, int n, const float *alpha)
@@ -210,4 +239,4 @@ static int amx_pair_rows(uint32_t *dst, int64_t ldd, const uint16_t *const *rows
 }
 
 const fa_cpu_amx_kernels fa_cpu_kernels_amx = { "amx", amx_gemm, amx_to_pairs, amx_scale_cols,
-                                                 amx_tr32, amx_pair_rows };
+                                                 amx_tr32, amx_pair_rows, amx_to_rows };

@@ -4,7 +4,7 @@
 libflashattn_la_SOURCES += \
 	backends/cpu/cpu.c backends/cpu/cpu.h backends/cpu/tiles.c backends/cpu/forward.c \
 	backends/cpu/backward.c backends/cpu/scratch.h backends/cpu/kernels.h \
-	backends/cpu/kernels_generic.c
+	backends/cpu/kernels_generic.c backends/cpu/kernels_amx_emu.c
 
 EXTRA_DIST += backends/cpu/kernels_simd.h backends/cpu/kernels_exp.h
 
