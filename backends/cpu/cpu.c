@@ -162,7 +162,7 @@ static fa_status cpu_init(fa_context *ctx)
     /* tests only: the AMX loop nests on the C emulation of the tile kernels, so that a
        machine without AMX still runs them (kernels_amx_emu.c) */
     const char *emu = getenv("FA_CPU_AMX_EMULATE");
-    if (!st->amx && emu && emu[0] == '1') {
+    if (!c.amx && emu && emu[0] == '1') {   /* never where the CPU has AMX (even if capped) */
         st->amx = &fa_cpu_kernels_amx_emu;
         fa_verbose(ctx, "cpu: AMX tile kernels emulated in C (FA_CPU_AMX_EMULATE=1; tests only, slow)");
     }

@@ -3,7 +3,8 @@
  * 16-column C tiles, k in steps of 32), bf16 inputs with denormals read as 0 and fp32
  * accumulation. It exists so that the AMX loop nests (forward.c, backward.c: packing,
  * padding, the partial-tile paths) are tested on machines without AMX: cpu.c installs it
- * only when FA_CPU_AMX_EMULATE=1 and the CPU has no AMX. Slow; never chosen otherwise. */
+ * only when FA_CPU_AMX_EMULATE=1 and the CPU or OS has no AMX (an AMX CPU capped by
+ * FA_CPU_ISA keeps the avx512 kernels). Slow; never chosen otherwise. */
 #include "config.h"
 #include <string.h>
 #include "kernels.h"
