@@ -226,6 +226,28 @@ static int regression_case(int i, tu_case *c)
         c->B = 1; c->Sq = 6; c->Sk = 6; c->H = c->Hkv = 1; c->dqk = c->dv = 8;
         c->dt = c->odt = FA_F32; c->causal = FA_CAUSAL_TOP_LEFT; c->nan_mode = TN_Q_ROW;
         return 1;
+    case 11:  /* cases 5, 6 and a NaN in V in bf16: with AMX (or FA_CPU_AMX_EMULATE) a
+                 partly masked pair with non-finite data leaves the tiles for the fp32
+                 kernels, whose transposed Q-side operands are made on demand */
+        c->tag = "amx-select-nan-query-row-bf16"; c->seed = 3121;
+        c->B = 1; c->Sq = 37; c->Sk = 37; c->H = c->Hkv = 1; c->dqk = c->dv = 40;
+        c->dt = c->odt = FA_BF16; c->causal = FA_CAUSAL_TOP_LEFT; c->nan_mode = TN_Q_ROW;
+        c->tile_q = 16; c->tile_kv = 16;
+        return 1;
+    case 12: {
+        static const int64_t lq[2] = { 20, 5 }, lk[2] = { 2, 1 };
+        c->tag = "amx-select-nan-key-row-bf16"; c->seed = 27067; c->varlen = 1;
+        c->B = 2; c->lq = lq; c->lk = lk; c->H = 2; c->Hkv = 1; c->dqk = c->dv = 15;
+        c->dt = c->odt = FA_BF16; c->layout = TL_PADDED; c->causal = FA_CAUSAL_BOTTOM_RIGHT;
+        c->wl = 6; c->wr = 0; c->nan_mode = TN_K_ROW; c->tile_q = 3; c->threads = 1;
+        return 1;
+    }
+    case 13:
+        c->tag = "amx-select-nan-v-bf16"; c->seed = 9241;
+        c->B = 2; c->Sq = 45; c->Sk = 61; c->H = 4; c->Hkv = 2; c->dqk = 64; c->dv = 48;
+        c->dt = c->odt = FA_BF16; c->causal = FA_CAUSAL_BOTTOM_RIGHT; c->nan_mode = TN_V_ELEM;
+        c->tile_q = 32; c->tile_kv = 32; c->threads = 2;
+        return 1;
     }
     return 0;
 }

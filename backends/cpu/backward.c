@@ -152,13 +152,13 @@ static const void *qptr(const fa_tensor *t, const fa_seq *s, int64_t i, int64_t 
     return (const char *)t->data + fa_qrow(t, s, i, h) * (int64_t)fa_dtype_size(t->dtype);
 }
 
-/* Pack row r of a Q-side block: Q (row-major qc, transposed qt), dO (doc, dot), lse and D.
+/* Pack row r of a Q-side block: Q (row-major qc), dO (doc), lse and D (the transposed or
+   AMX operands follow per block, pack_q_block).
    A fully masked row (lse = -inf) contributes nothing: its Q, dO and D are packed as zeros
    (exact, since its P is 0), so a NaN it holds cannot reach dK/dV through 0 * NaN. */
 static void pack_q_row(const fa_problem *p, const fa_cpu_kernels *K, const fa_seq *sq,
-                       int64_t b, int64_t h, int64_t i, int r, int64_t ldq, int64_t ldk,
-                       int64_t ldv, const float *D, float *qt, float *qc, float *dot,
-                       float *doc, float *lsev, float *dd)
+                       int64_t b, int64_t h, int64_t i, int r, int64_t ldk, int64_t ldv,
+                       const float *D, float *qc, float *doc, float *lsev, float *dd)
 {
     const int64_t dqk = p->dqk, dv = p->dv;
     int64_t li = fa_lse_index(p, sq, b, h, i);
@@ -170,10 +170,47 @@ static void pack_q_row(const fa_problem *p, const fa_cpu_kernels *K, const fa_se
         K->cvt_in(qc + r * ldk, qptr(&p->q, sq, i, h), dqk, p->q.dtype);
         K->cvt_in(doc + r * ldv, qptr(&p->dout, sq, i, h), dv, p->dout.dtype);
     }
-    for (int64_t c = 0; c < dqk; c++) qt[c * ldq + r] = qc[r * ldk + c];
-    for (int64_t c = 0; c < dv; c++) dot[c * ldq + r] = doc[r * ldv + c];
     lsev[r] = lv == -INFINITY ? INFINITY : lv;
     dd[r] = lv == -INFINITY ? 0.0f : D[li];
+}
+
+/* dst[c*ldd + r] = src[r*lds + c], r < rows, c < cols: the kernel set's register
+   transpose where it has one, else 16 x 16 blocks in C (a row at a time would store each
+   element to another cache line). */
+static void transpose_f32(const fa_cpu_kernels *K, float *dst, int64_t ldd, const float *src,
+                          int64_t lds, int rows, int64_t cols)
+{
+    if (K->tr32) {
+        K->tr32((uint32_t *)dst, ldd, (const uint32_t *)src, lds, rows, (int)cols);
+        return;
+    }
+    for (int r0 = 0; r0 < rows; r0 += 16)
+        for (int64_t c0 = 0; c0 < cols; c0 += 16) {
+            int r1 = rows - r0 < 16 ? rows : r0 + 16;
+            int64_t c1 = cols - c0 < 16 ? cols : c0 + 16;
+            for (int64_t c = c0; c < c1; c++)
+                for (int r = r0; r < r1; r++) dst[c * ldd + r] = src[r * lds + c];
+        }
+}
+
+/* The fp32 kernels' transposed operands of a Q-side block: Q^T and dO^T. */
+static void pack_q_transposed(const fa_cpu_kernels *K, const qgeom *g, const qside *q, int ni)
+{
+    transpose_f32(K, q->qt, g->ldq, q->qc, g->ldk, ni, g->dqk);
+    transpose_f32(K, q->dot, g->ldq, q->doc, g->ldv, ni, g->dv);
+}
+
+/* A whole Q-side block: rows i0 .. i0 + ni of head h, then Q^T and dO^T for the fp32
+   kernels, or, with AMX, the tile operands (Q^T and dO^T are then made only for a pair
+   that takes the fp32 path, pack_q_transposed). */
+static void pack_q_block(const fa_problem *p, const fa_cpu_kernels *K, const fa_cpu_amx_kernels *X,
+                         const qgeom *g, const qside *q, const fa_seq *sq, int64_t b, int64_t h,
+                         int64_t i0, int ni, const float *D, uint16_t *t16, int64_t ldt)
+{
+    for (int r = 0; r < ni; r++)
+        pack_q_row(p, K, sq, b, h, i0 + r, r, g->ldk, g->ldv, D, q->qc, q->doc, q->lse, q->d);
+    if (X) pack_q_amx(X, K, g, q, ni, t16, ldt);
+    else pack_q_transposed(K, g, q, ni);
 }
 
 /* T[j][r] = 0 for the pairs outside row r's visible keys [lo[r], hi[r]) (tile at key j0). */
@@ -412,10 +449,7 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                 memset(q.qt, 0, sizeof(float) * (size_t)qblk);
                 if (i0 >= sq.sq) continue;
                 int ni = (int)(sq.sq - i0 < bq ? sq.sq - i0 : bq);
-                for (int r = 0; r < ni; r++)
-                    pack_q_row(p, K, &sq, b, h, i0 + r, r, ldq, ldk, ldv, D, q.qt, q.qc, q.dot,
-                               q.doc, q.lse, q.d);
-                if (X) pack_q_amx(X, K, &g, &q, ni, w.t16, ldt);
+                pack_q_block(p, K, X, &g, &q, &sq, b, h, i0, ni, D, w.t16, ldt);
             }
         }
 
@@ -483,10 +517,7 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                         qside q = qside_at(blk, &g);
                         float *qt = q.qt, *qc = q.qc, *dot = q.dot, *doc = q.doc, *lsev = q.lse, *dd = q.d;
                         if (!qsh && (!flag || !*flag)) {
-                            for (int r = 0; r < ni; r++)
-                                pack_q_row(p, K, &sq, b, h, i0 + r, r, ldq, ldk, ldv, D, qt, qc,
-                                           dot, doc, lsev, dd);
-                            if (X) pack_q_amx(X, K, &g, &q, ni, w.t16, ldt);
+                            pack_q_block(p, K, X, &g, &q, &sq, b, h, i0, ni, D, w.t16, ldt);
                             if (flag) *flag = 1;
                         }
                         /* A partly masked pair whose data holds Inf/NaN (rare): K or V of the
@@ -507,6 +538,7 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                         /* AMX tiles unless a select is needed (the fp32 path below does it) */
                         const int amx = X && !sel;
                         const int k32q = (ni + 31) / 32;
+                        if (X && !amx) pack_q_transposed(K, &g, &q, ni);   /* rare: see above */
                         if (amx)
                             X->gemm(nk, ni, (int)g.kq32, w.kb, ldka, q.qtp, ldq, w.s, ldq, 0);
                         else

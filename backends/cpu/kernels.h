@@ -83,6 +83,9 @@ typedef struct {
        bitwise equal to scaling C then gemm_colA(acc = 1). NULL: the caller scales. */
     void (*gemm_colA_scaled)(int m, int n, int k, const float *a, int64_t lda, const float *b,
                              int64_t ldb, float *c, int64_t ldc, const float *alpha);
+    /* Optional: dst[c*ldd + r] = src[r*lds + c] for 32-bit words, r < rows, c < cols (the
+       backward's Q^T and dO^T blocks). NULL: the caller transposes in C. */
+    void (*tr32)(uint32_t *dst, int64_t ldd, const uint32_t *src, int64_t lds, int rows, int cols);
 } fa_cpu_kernels;
 
 extern const fa_cpu_kernels fa_cpu_kernels_generic;

@@ -109,5 +109,5 @@ static void cvt_out(void *dst, fa_dtype t, const float *src, int64_t n, float mu
 
 const fa_cpu_kernels fa_cpu_kernels_avx2 = {
     "avx2", MR, NR, gemm_rowA, gemm_colA, softmax_fwd, exp_sub, ds_kernel, cvt_in, cvt_out,
-    NULL, NULL, NULL, KC, gemm_colA_scaled
+    NULL, NULL, NULL, KC, gemm_colA_scaled, NULL
 };

@@ -61,6 +61,7 @@ static inline __m512 expt_512(__m512 t)
 #define VEXPT(x) expt_512(x)
 
 #include "kernels_simd.h"
+#include "kernels_tr512.h"
 
 static void cvt_in(float *dst, const void *src, int64_t n, fa_dtype t)
 {
@@ -225,5 +226,5 @@ static void to_pairs(uint16_t *dst, int64_t ldd, const float *src, int64_t lds, 
 
 const fa_cpu_kernels fa_cpu_kernels_avx512 = {
     "avx512", MR, NR, gemm_rowA, gemm_colA, softmax_fwd, exp_sub, ds_kernel, cvt_in, cvt_out
-    BF16_SLOTS, KC, gemm_colA_scaled
+    BF16_SLOTS, KC, gemm_colA_scaled, fa_tr32_512
 };

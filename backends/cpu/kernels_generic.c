@@ -85,5 +85,5 @@ static void cvt_out(void *dst, fa_dtype t, const float *src, int64_t n, float mu
 
 const fa_cpu_kernels fa_cpu_kernels_generic = {
     "generic", 1, 1, gemm_rowA, gemm_colA, softmax_fwd, exp_sub, ds_kernel, cvt_in, cvt_out,
-    NULL, NULL, NULL, 0, NULL
+    NULL, NULL, NULL, 0, NULL, NULL
 };
