@@ -2,6 +2,7 @@
 # bench/peers/cpu_vs_torch.sh BENCH OUTDIR: flashattn's CPU backend against torch's CPU
 # scaled_dot_product_attention, side by side in one run, on the shapes of the CPU targets
 # (fp32, B=1 H=16, d 64 and 128, S 1k and 4k, forward and backward, 1 thread and all).
+# DTYPE=bf16 (or f16) runs the same shapes in that dtype, torch's peer included.
 #   BENCH   the flashattn-bench program (default: flashattn-bench on PATH)
 #   OUTDIR  where ours.csv, torch-*.csv and ratios.txt go (default cpu-vs-torch); the
 #           per-shape bench outputs go to OUTDIR/work
@@ -15,7 +16,7 @@ threads=$(nproc)
 first=1
 for d in 64 128; do
   for S in 1024 4096; do
-    "$bench" --backend cpu --mode sweep --sweep-only --dtype f32 --heads 16 --seqlen "$S" \
+    "$bench" --backend cpu --mode sweep --sweep-only --dtype "${DTYPE:-f32}" --heads 16 --seqlen "$S" \
       --headdim "$d" --budget "${BUDGET:-2}" --repeats "${REPEATS:-5}" --out "$out/work/d$d-S$S" \
       --format csv > "$out/work/d$d-S$S.csv"
     if [ $first = 1 ]; then cat "$out/work/d$d-S$S.csv"; first=0
