@@ -132,6 +132,7 @@ double io_model_flash(const bench_shape *sh, long br);
 typedef struct {
     double fp32_1, fp32_all;               /* GFLOP/s, one thread, all threads         */
     double bf16_1, bf16_all;               /* 0 when no AVX-512 BF16                     */
+    double amx_1, amx_all;                 /* AMX TDPBF16PS tiles; 0 when no AMX          */
     int    threads;
     const char *isa;                       /* "avx512", "avx2", "scalar"                 */
 } bench_peak;

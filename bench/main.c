@@ -421,8 +421,12 @@ int main(int argc, char **argv)
             R.nthreads_all, R.peak.fp32_all);
     if (R.peak.bf16_1 > 0)
         fprintf(info, "  bf16 dot products (vdpbf16ps): 1 thread %.1f, %d threads %.1f GFLOP/s "
-                "(--dtype bf16: the higher of this and fp32 is the ceiling)\n", R.peak.bf16_1,
+                "(--dtype bf16: the highest of these is the ceiling)\n", R.peak.bf16_1,
                 R.nthreads_all, R.peak.bf16_all);
+    if (R.peak.amx_1 > 0)
+        fprintf(info, "  bf16 AMX tiles (TDPBF16PS): 1 thread %.1f, %d threads %.1f GFLOP/s "
+                "(--dtype bf16: the highest of these is the ceiling)\n", R.peak.amx_1,
+                R.nthreads_all, R.peak.amx_all);
     fflush(info);
 
     /* 3., 4. the measurements */

@@ -5,7 +5,10 @@
  * AVX2+FMA, plain C) and picked with __builtin_cpu_supports, so the program needs no ISA
  * flags. Run on one thread, then on all threads at once (OpenMP). FLOPs per FMA lane = 2.
  * With AVX-512 BF16 a second loop of vdpbf16ps measures the bf16 dot-product ceiling
- * (32 products + 32 adds per instruction).
+ * (32 products + 32 adds per instruction). With AMX (CPUID, XGETBV and Linux's permission
+ * for the tile data, as the library asks for it) a third loop of TDPBF16PS on six
+ * independent 16 x 16 fp32 tiles measures the ceiling of the bf16 tile kernels
+ * (16 x 16 x 32 products and adds per instruction).
  */
 #include "config.h"
 #include <omp.h>
@@ -14,7 +17,14 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#include <cpuid.h>
 #define FA_X86 1
+#endif
+#if defined(__linux__) && defined(__x86_64__) && defined(__GNUC__) && __GNUC__ >= 11
+#include <string.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+#define FA_BENCH_AMX 1
 #endif
 
 static volatile float sink;
@@ -64,6 +74,47 @@ __attribute__((target("avx512bf16,avx512f"))) static double dot_bf16(long iters)
     for (int r = 1; r < 16; r++) s = _mm512_add_ps(s, acc[r]);
     sink = _mm512_reduce_add_ps(s);
     return (double)iters * 16 * 32 * 2;
+}
+#endif
+
+#ifdef FA_BENCH_AMX
+/* AMX present and usable by this process: CPUID AMX-BF16 and AMX-TILE, the OS enables the
+   tile state (XCR0 bits 17 and 18), and Linux grants the tile data (arch_prctl). */
+static int amx_usable(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(1, 0, &a, &b, &c, &d) || !((c >> 27) & 1)) return 0;   /* OSXSAVE */
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !((d >> 22) & 1) || !((d >> 24) & 1)) return 0;
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & 0x60000) != 0x60000) return 0;
+    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
+}
+
+typedef struct __attribute__((packed, aligned(64))) {
+    unsigned char palette, start_row, reserved[14];
+    unsigned short colsb[16];
+    unsigned char rows[16];
+} amx_cfg;
+
+__attribute__((target("amx-tile,amx-bf16"))) static double tiles_bf16(long iters)
+{
+    amx_cfg cfg;   /* per thread: 8 tiles of 16 rows x 64 bytes, as the library's kernels */
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) { cfg.colsb[t] = 64; cfg.rows[t] = 16; }
+    _tile_loadconfig(&cfg);
+    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+    _tile_zero(4); _tile_zero(5); _tile_zero(6); _tile_zero(7);
+    for (long i = 0; i < iters; i++) {
+        _tile_dpbf16ps(0, 6, 7); _tile_dpbf16ps(1, 6, 7); _tile_dpbf16ps(2, 6, 7);
+        _tile_dpbf16ps(3, 6, 7); _tile_dpbf16ps(4, 6, 7); _tile_dpbf16ps(5, 6, 7);
+    }
+    float out[16 * 16];
+    _tile_stored(0, out, 64);
+    _tile_release();
+    sink = out[0];
+    return (double)iters * 6 * 16 * 16 * 32 * 2;
 }
 #endif
 
@@ -140,17 +191,30 @@ void peak_measure(bench_peak *pk, int threads, double seconds)
         if (a > pk->bf16_1) pk->bf16_1 = a;
         if (b > pk->bf16_all) pk->bf16_all = b;
     }
+#ifdef FA_BENCH_AMX
+    static int amx = -1;
+    if (amx < 0) amx = amx_usable();
+    if (amx) {
+        a = rate(tiles_bf16, 1, seconds / 2);
+        b = threads > 1 ? rate(tiles_bf16, threads, seconds / 2) : a;
+        if (a > pk->amx_1) pk->amx_1 = a;
+        if (b > pk->amx_all) pk->amx_all = b;
+    }
+#endif
     pk->threads = threads;
 }
 
 /* The ceiling for a run on `threads` threads: the measured one-thread figure for 1, the
- * all-thread figure for all, linear in between. bf16 storage: the higher of the fp32 FMA
- * and the bf16-dot ceilings (a kernel may convert to fp32 or use the dot products). */
+ * all-thread figure for all, linear in between. bf16 storage: the highest of the fp32 FMA,
+ * the bf16-dot and the AMX tile ceilings (a kernel may convert to fp32, use the dot
+ * products or the tiles). */
 double peak_for(const bench_peak *pk, int threads, fa_dtype dt)
 {
     double one = pk->fp32_1, all = pk->fp32_all;
     if (dt == FA_BF16 && pk->bf16_1 > one) one = pk->bf16_1;
     if (dt == FA_BF16 && pk->bf16_all > all) all = pk->bf16_all;
+    if (dt == FA_BF16 && pk->amx_1 > one) one = pk->amx_1;
+    if (dt == FA_BF16 && pk->amx_all > all) all = pk->amx_all;
     if (all < one) all = one;   /* more threads never lower the ceiling (a busy machine can) */
     if (threads <= 1 || pk->threads <= 1) return one;
     if (threads >= pk->threads) return all;

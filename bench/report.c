@@ -234,7 +234,8 @@ void report_table(const bench_run *R, FILE *f)
     if (count(R, "decode")) full(R, f, "decode");
     fprintf(f, "\n%%peak: against the FMA peak measured above for the rung's thread count%s. "
             "DRAM (modeled): the FlashAttention IO model; (measured): LL misses x 64 B.\n",
-            R->peak.bf16_1 > 0 && R->sh.dtype == FA_BF16 ? " (bf16: the bf16-dot peak)" : "");
+            R->peak.amx_1 > 0 && R->sh.dtype == FA_BF16 ? " (bf16: the AMX tile peak)"
+            : R->peak.bf16_1 > 0 && R->sh.dtype == FA_BF16 ? " (bf16: the higher of the bf16-dot and fp32 peaks)" : "");
 }
 
 /* ------------------------------------------------------------------------ CSV ----- */
