@@ -437,7 +437,7 @@ int main(int argc, char **argv)
 
     /* the ceiling again: on a shared machine the best of two measurements is the better
        estimate; every %peak is recomputed against it */
-    double p1 = R.peak.fp32_1, pa = R.peak.fp32_all;
+    double p1 = R.peak.fp32_1, pa = R.peak.fp32_all, x1 = R.peak.amx_1, xa = R.peak.amx_all;
     progress(&R, "peak: FMA throughput loop again (best of start and end is the ceiling)");
     peak_measure(&R.peak, R.nthreads_all, R.quick ? 0.15 : 0.3);
     for (int i = 0; i < R.res.n; i++) {
@@ -451,6 +451,9 @@ int main(int argc, char **argv)
     fprintf(info, "\n== Ceiling used for %%peak: best of the start and end measurements ==\n"
             "  fp32 FMA: 1 thread %.1f GFLOP/s (start %.1f), %d threads %.1f GFLOP/s (start %.1f)\n",
             R.peak.fp32_1, p1, R.nthreads_all, R.peak.fp32_all, pa);
+    if (R.peak.amx_1 > 0)
+        fprintf(info, "  bf16 AMX tiles: 1 thread %.1f GFLOP/s (start %.1f), %d threads %.1f GFLOP/s "
+                "(start %.1f)\n", R.peak.amx_1, x1, R.nthreads_all, R.peak.amx_all, xa);
     if (R.nthreads_all > 1 && R.peak.fp32_all < 1.2 * R.peak.fp32_1)
         fprintf(info, "  note: %d threads measured barely faster than one (or slower): other "
                 "processes are using the cores; all-thread figures are unreliable in this run\n",
