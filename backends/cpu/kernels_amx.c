@@ -16,7 +16,7 @@
 #include <immintrin.h>
 #include <string.h>
 #include "kernels.h"
-#include "kernels_tr512.h"
+#include "kernels_shared512.h"
 
 typedef struct __attribute__((packed, aligned(64))) {
     uint8_t palette, start_row;
@@ -127,8 +127,6 @@ static void amx_to_pairs(uint32_t *dst, int64_t ldd, const float *src, int64_t l
    (up to the 32-column bound) written as 0: an A operand of amx_gemm with k = cols. */
 static void amx_to_rows(uint16_t *dst, int64_t ldd, const float *src, int64_t lds, int rows, int cols)
 {
-    const __m512i one = _mm512_set1_epi32(1), r7 = _mm512_set1_epi32(0x7fff);
-    const __m512i absm = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
     int cend = (cols + 31) / 32 * 32, rend = (rows + 15) / 16 * 16;
     for (int r = 0; r < rend; r++) {
         uint16_t *d = dst + (int64_t)r * ldd;
@@ -140,13 +138,7 @@ static void amx_to_rows(uint16_t *dst, int64_t ldd, const float *src, int64_t ld
         for (int c0 = 0; c0 < cend; c0 += 16) {
             int n = cols - c0;
             __mmask16 mk = n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
-            __m512i u = _mm512_castps_si512(_mm512_maskz_loadu_ps(mk, x + c0));
-            __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, absm), inf);
-            __m512i t = _mm512_add_epi32(_mm512_add_epi32(u, r7),
-                                         _mm512_and_si512(_mm512_srli_epi32(u, 16), one));
-            t = _mm512_srli_epi32(t, 16);
-            t = _mm512_mask_or_epi32(t, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-            _mm256_storeu_si256((__m256i *)(d + c0), _mm512_cvtepi32_epi16(t));
+            _mm256_storeu_si256((__m256i *)(d + c0), fa_bf16_rne_512(_mm512_maskz_loadu_ps(mk, x + c0)));
         }
     }
 }

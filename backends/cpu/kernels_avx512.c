@@ -61,7 +61,7 @@ static inline __m512 expt_512(__m512 t)
 #define VEXPT(x) expt_512(x)
 
 #include "kernels_simd.h"
-#include "kernels_tr512.h"
+#include "kernels_shared512.h"
 
 static void cvt_in(float *dst, const void *src, int64_t n, fa_dtype t)
 {
@@ -100,17 +100,8 @@ static void cvt_out(void *dst, fa_dtype t, const float *src, int64_t n, float mu
         }
         for (; i < n; i++) h[i] = fa_f32_to_f16(src[i] * mul);
     } else {
-        const __m512i one = _mm512_set1_epi32(1), r7 = _mm512_set1_epi32(0x7fff);
-        const __m512i absm = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
-        for (; i + 16 <= n; i += 16) {
-            __m512i u = _mm512_castps_si512(_mm512_mul_ps(_mm512_loadu_ps(src + i), vm));
-            __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, absm), inf);
-            __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, r7),
-                                         _mm512_and_si512(_mm512_srli_epi32(u, 16), one));
-            r = _mm512_srli_epi32(r, 16);
-            r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-            _mm256_storeu_si256((__m256i *)(h + i), _mm512_cvtepi32_epi16(r));
-        }
+        for (; i + 16 <= n; i += 16)
+            _mm256_storeu_si256((__m256i *)(h + i), fa_bf16_rne_512(_mm512_mul_ps(_mm512_loadu_ps(src + i), vm)));
         for (; i < n; i++) h[i] = fa_f32_to_bf16(src[i] * mul);
     }
 }

@@ -19,7 +19,7 @@ endif
 if HAVE_AVX512
 noinst_LTLIBRARIES += backends/cpu/libfa_cpu_avx512.la
 backends_cpu_libfa_cpu_avx512_la_SOURCES = backends/cpu/kernels_avx512.c backends/cpu/kernels_simd.h \
-	backends/cpu/kernels_exp.h backends/cpu/kernels_tr512.h
+	backends/cpu/kernels_exp.h backends/cpu/kernels_shared512.h
 backends_cpu_libfa_cpu_avx512_la_CFLAGS = $(AM_CFLAGS) $(FA_AVX512_CFLAGS)
 libflashattn_la_LIBADD += backends/cpu/libfa_cpu_avx512.la
 endif
@@ -28,7 +28,7 @@ endif
 # knows -mamx-tile -mamx-bf16 (config.h FA_HAVE_AMX tells cpu.c / forward.c it is linked).
 if HAVE_AMX
 noinst_LTLIBRARIES += backends/cpu/libfa_cpu_amx.la
-backends_cpu_libfa_cpu_amx_la_SOURCES = backends/cpu/kernels_amx.c backends/cpu/kernels_tr512.h
+backends_cpu_libfa_cpu_amx_la_SOURCES = backends/cpu/kernels_amx.c backends/cpu/kernels_shared512.h
 backends_cpu_libfa_cpu_amx_la_CFLAGS = $(AM_CFLAGS) $(FA_AMX_CFLAGS)
 libflashattn_la_LIBADD += backends/cpu/libfa_cpu_amx.la
 endif

@@ -1,9 +1,23 @@
-/* kernels_tr512.h - 32-bit word transposes in AVX-512 registers, shared by the avx512 and
- * amx kernel sets (each file compiled with its own ISA flags includes it; nowhere else). */
-#ifndef FA_CPU_KERNELS_TR512_H
-#define FA_CPU_KERNELS_TR512_H
+/* kernels_shared512.h - AVX-512 pieces shared by the avx512 and amx kernel sets: 32-bit
+ * word transposes in registers and the fp32 -> bf16 rounding of 16 lanes (each file
+ * compiled with its own ISA flags includes it; nowhere else). */
+#ifndef FA_CPU_KERNELS_SHARED512_H
+#define FA_CPU_KERNELS_SHARED512_H
 #include <immintrin.h>
 #include <stdint.h>
+
+/* 16 fp32 lanes -> bf16, round to nearest even; NaN stays a (quiet) NaN, as dtype.h. */
+static inline __attribute__((always_inline)) __m256i fa_bf16_rne_512(__m512 x)
+{
+    const __m512i one = _mm512_set1_epi32(1), r7 = _mm512_set1_epi32(0x7fff);
+    const __m512i absm = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+    __m512i u = _mm512_castps_si512(x);
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, absm), inf);
+    __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, r7), _mm512_and_si512(_mm512_srli_epi32(u, 16), one));
+    r = _mm512_srli_epi32(r, 16);
+    r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+    return _mm512_cvtepi32_epi16(r);
+}
 
 /* In-register transpose of 16 x 16 32-bit words (unpack 32, unpack 64, 128-bit lanes x 2). */
 static inline __attribute__((always_inline)) void tr16x16(__m512i *v)
