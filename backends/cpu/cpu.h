@@ -13,7 +13,8 @@ typedef struct {
     const fa_cpu_kernels *k;
     int req_bq, req_bkv;   /* fa_context_set_tiles, 0 = automatic */
     int bf16dot;           /* k->gemm_bf16_* usable: compiled in and CPUID AVX512-BF16 */
-    const fa_cpu_amx_kernels *amx;   /* isa FA_CPU_AMX: bf16 forward on AMX tiles, else NULL */
+    const fa_cpu_amx_kernels *amx;   /* isa FA_CPU_AMX: the bf16 forward and backward on AMX tiles (or
+                                        their C emulation, FA_CPU_AMX_EMULATE); else NULL */
 } fa_cpu_state;
 
 /* Tiles for a call: bq query rows (Br) and bkv key rows (Bc), both multiples of 16.
