@@ -248,6 +248,13 @@ static int regression_case(int i, tu_case *c)
         c->dt = c->odt = FA_BF16; c->causal = FA_CAUSAL_BOTTOM_RIGHT; c->nan_mode = TN_V_ELEM;
         c->tile_q = 32; c->tile_kv = 32; c->threads = 2;
         return 1;
+    case 14:  /* the same with 4 KV chunks per head: the Q side is the shared pack, which the
+                 fp32 fallback must not write (it transposes into its thread's own block) */
+        c->tag = "amx-select-nan-v-bf16-shared-pack"; c->seed = 9242;
+        c->B = 2; c->Sq = 45; c->Sk = 61; c->H = 4; c->Hkv = 2; c->dqk = 64; c->dv = 48;
+        c->dt = c->odt = FA_BF16; c->causal = FA_CAUSAL_BOTTOM_RIGHT; c->nan_mode = TN_V_ELEM;
+        c->tile_q = 16; c->tile_kv = 16; c->threads = 2;
+        return 1;
     }
     return 0;
 }

@@ -538,7 +538,19 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                         /* AMX tiles unless a select is needed (the fp32 path below does it) */
                         const int amx = X && !sel;
                         const int k32q = (ni + 31) / 32;
-                        if (X && !amx) pack_q_transposed(K, &g, &q, ni);   /* rare: see above */
+                        if (X && !amx) {   /* rare: see above */
+                            if (qsh) {
+                                /* the shared pack is read-only in this phase (other chunks'
+                                   tasks read the block): transpose into this thread's own */
+                                qside tq = qside_at(w.qblock, &g);
+                                transpose_f32(K, tq.qt, ldq, qc, ldk, ni, dqk);
+                                transpose_f32(K, tq.dot, ldq, doc, ldv, ni, dv);
+                                qt = tq.qt;
+                                dot = tq.dot;
+                            } else {
+                                pack_q_transposed(K, &g, &q, ni);
+                            }
+                        }
                         if (amx)
                             X->gemm(nk, ni, (int)g.kq32, w.kb, ldka, q.qtp, ldq, w.s, ldq, 0);
                         else
