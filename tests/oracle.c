@@ -287,7 +287,7 @@ void or_backward_terms(const or_seq *s, const double *q, const double *k, const 
                        const double *out, const double *dout, double d_weight, double *tq,
                        double *tk)
 {
-    or_terms_arg x = { q, k, v, out, dout, tq, tk, d_weight };
+    or_terms_arg x = { q, k, v, out, dout, tq, tk, d_weight, 0.0 };
     or_each_row(s, q, k, bwd_terms_row, &x);
 }
 
