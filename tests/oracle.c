@@ -330,7 +330,7 @@ static void fwd_terms_row(const or_seq *s, int64_t h, int64_t i, const double *p
 void or_forward_terms(const or_seq *s, const double *q, const double *k, const double *v,
                       const double *out, double *tout)
 {
-    or_terms_arg x = { q, k, v, out, NULL, tout, NULL, 1.0 };
+    or_terms_arg x = { q, k, v, out, NULL, tout, NULL, 1.0, 0.0 };
     or_each_row(s, q, k, fwd_terms_row, &x);
 }
 
