@@ -193,11 +193,13 @@ static void transpose_f32(const fa_cpu_kernels *K, float *dst, int64_t ldd, cons
         }
 }
 
-/* The fp32 kernels' transposed operands of a Q-side block: Q^T and dO^T. */
-static void pack_q_transposed(const fa_cpu_kernels *K, const qgeom *g, const qside *q, int ni)
+/* The fp32 kernels' transposed operands of a Q-side block, Q^T and dO^T, into qt and dot
+   (the block's own, or another block's when the Q side must not be written). */
+static void pack_q_transposed(const fa_cpu_kernels *K, const qgeom *g, const qside *q, int ni,
+                              float *qt, float *dot)
 {
-    transpose_f32(K, q->qt, g->ldq, q->qc, g->ldk, ni, g->dqk);
-    transpose_f32(K, q->dot, g->ldq, q->doc, g->ldv, ni, g->dv);
+    transpose_f32(K, qt, g->ldq, q->qc, g->ldk, ni, g->dqk);
+    transpose_f32(K, dot, g->ldq, q->doc, g->ldv, ni, g->dv);
 }
 
 /* A whole Q-side block: rows i0 .. i0 + ni of head h, then Q^T and dO^T for the fp32
@@ -210,7 +212,7 @@ static void pack_q_block(const fa_problem *p, const fa_cpu_kernels *K, const fa_
     for (int r = 0; r < ni; r++)
         pack_q_row(p, K, sq, b, h, i0 + r, r, g->ldk, g->ldv, D, q->qc, q->doc, q->lse, q->d);
     if (X) pack_q_amx(X, K, g, q, ni, t16, ldt);
-    else pack_q_transposed(K, g, q, ni);
+    else pack_q_transposed(K, g, q, ni, q->qt, q->dot);
 }
 
 /* T[j][r] = 0 for the pairs outside row r's visible keys [lo[r], hi[r]) (tile at key j0). */
@@ -298,13 +300,10 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                                                  : fa_sz_mul(nbh, p->q.shape[1], &ovf);
     int64_t ntask = fa_sz_mul(fa_sz_mul(p->batch, p->hkv, &ovf), C, &ovf);
 
-    /* kc, vc, dk, dv [bkv x ld]; qt [dqk x ldq]; qc [ldq x ldk]; dot [dv x ldq];
-       doc [ldq x ldv]; s, dp, pd, t [bkv x ldq]; lse, d; row, row2; 5 int64 arrays */
     /* AMX products for bf16 q, k, v and dout (kernels_amx.c): P and dS rounded to bf16
        as the same-precision reference rounds them, fp32 accumulation */
     const fa_cpu_state *st = (const fa_cpu_state *)ctx->impl;
-    const fa_cpu_amx_kernels *X = p->q.dtype == FA_BF16 && p->k.dtype == FA_BF16 &&
-                                  p->v.dtype == FA_BF16 && p->dout.dtype == FA_BF16 ? st->amx : NULL;
+    const fa_cpu_amx_kernels *X = fa_cpu_amx_for(st, p, 1);
     qgeom g;
     g.dqk = dqk; g.dv = dv; g.ldq = ldq; g.ldk = ldk; g.ldv = ldv; g.amx = X != NULL;
     g.kq32 = fa_sz_add(dqk, 31, &ovf) / 32; g.kv32 = fa_sz_add(dv, 31, &ovf) / 32;
@@ -538,18 +537,14 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                         /* AMX tiles unless a select is needed (the fp32 path below does it) */
                         const int amx = X && !sel;
                         const int k32q = (ni + 31) / 32;
-                        if (X && !amx) {   /* rare: see above */
-                            if (qsh) {
-                                /* the shared pack is read-only in this phase (other chunks'
-                                   tasks read the block): transpose into this thread's own */
-                                qside tq = qside_at(w.qblock, &g);
-                                transpose_f32(K, tq.qt, ldq, qc, ldk, ni, dqk);
-                                transpose_f32(K, tq.dot, ldq, doc, ldv, ni, dv);
-                                qt = tq.qt;
-                                dot = tq.dot;
-                            } else {
-                                pack_q_transposed(K, &g, &q, ni);
-                            }
+                        if (X && !amx) {
+                            /* rare (see above): Q^T and dO^T into this thread's own block,
+                               since the Q side may be the shared pack, which other chunks'
+                               tasks read in this phase */
+                            qside tq = qside_at(w.qblock, &g);
+                            qt = tq.qt;
+                            dot = tq.dot;
+                            pack_q_transposed(K, &g, &q, ni, qt, dot);
                         }
                         if (amx)
                             X->gemm(nk, ni, (int)g.kq32, w.kb, ldka, q.qtp, ldq, w.s, ldq, 0);

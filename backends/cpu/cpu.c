@@ -264,8 +264,7 @@ static fa_status cpu_query(fa_context *ctx, const fa_problem *p, int backward, c
     /* the amx set runs the bf16 forward (q, k, v bf16) and backward (dout bf16 too) on
        tiles; other calls name the avx512 kernels */
     int isa = st->isa == FA_CPU_AMX ? FA_CPU_AVX512 : st->isa;
-    int amx = t == 2 && st->amx && p->k.dtype == FA_BF16 && p->v.dtype == FA_BF16 &&
-              (!backward || p->dout.dtype == FA_BF16);
+    int amx = fa_cpu_amx_for(st, p, backward) != NULL;
     if (amx && st->amx == &fa_cpu_kernels_amx_emu) {
         t = 5;
     } else if (amx) {

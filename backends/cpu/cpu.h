@@ -17,6 +17,17 @@ typedef struct {
                                         their C emulation, FA_CPU_AMX_EMULATE); else NULL */
 } fa_cpu_state;
 
+/* The AMX kernels for a call, or NULL: the forward takes them when q, k and v are bf16,
+   the backward when dout is bf16 too (forward.c, backward.c and fa_query's names all ask
+   here, so the name always tells the kernels that run). */
+static inline const fa_cpu_amx_kernels *fa_cpu_amx_for(const fa_cpu_state *st, const fa_problem *p,
+                                                        int backward)
+{
+    int bf = p->q.dtype == FA_BF16 && p->k.dtype == FA_BF16 && p->v.dtype == FA_BF16 &&
+             (!backward || p->dout.dtype == FA_BF16);
+    return bf ? st->amx : NULL;
+}
+
 /* Tiles for a call: bq query rows (Br) and bkv key rows (Bc), both multiples of 16.
    why (optional) receives the formula with its numbers. tiles.c */
 void fa_cpu_tiles(const fa_context *ctx, int backward, int64_t dqk, int64_t dv,

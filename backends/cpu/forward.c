@@ -151,7 +151,7 @@ static void fwd_task(const fa_context *ctx, const fa_problem *p, const fwd_block
 
     const fa_cpu_state *st = (const fa_cpu_state *)ctx->impl;
     int allbf = p->q.dtype == FA_BF16 && p->k.dtype == FA_BF16 && p->v.dtype == FA_BF16;
-    const fa_cpu_amx_kernels *X = allbf ? st->amx : NULL;
+    const fa_cpu_amx_kernels *X = fa_cpu_amx_for(st, p, 0);
     int bfp = st->bf16dot && allbf && !X;
     int64_t dqp = (dqk + 1) / 2;
     /* AMX layouts (bf16 elements; k dimensions zero-padded to whole 32-wide tiles):
