@@ -112,11 +112,26 @@ for t in $targets; do
   rm -f "$build/$t"-crash-* "$build/$t"-leak-* "$build/$t"-timeout-* "$build/$t"-oom-*
   echo "fuzz: $t for ${secs}s ($(ls "$work" | wc -l) seed inputs)"
   ts=$(date +%s)
+  # The fuzzer writes its log; every 30 s its latest status line (inputs, coverage, rss)
+  # is echoed, so that a run cut short from outside still shows how far it got.
   # shellcheck disable=SC2086
-  if ! OMP_NUM_THREADS=1 ASAN_OPTIONS="${ASAN_OPTIONS:-}${ASAN_OPTIONS:+:}$tenv" "$build/$t" -max_total_time="$secs" -max_len=256 -timeout=30 \
-        -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix="$build/$t-" $tflags ${FUZZ_FLAGS:-} \
-        "$work" > "$build/$t.log" 2>&1; then
-    echo "fuzz: $t FOUND A PROBLEM after $(( $(date +%s) - ts )) s (log: $build/$t.log)"
+  OMP_NUM_THREADS=1 ASAN_OPTIONS="${ASAN_OPTIONS:-}${ASAN_OPTIONS:+:}$tenv" "$build/$t" -max_total_time="$secs" -max_len=256 -timeout=30 \
+      -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix="$build/$t-" $tflags ${FUZZ_FLAGS:-} \
+      "$work" > "$build/$t.log" 2>&1 &
+  fpid=$!
+  (
+    while sleep 30; do
+      kill -0 "$fpid" 2>/dev/null || break
+      echo "fuzz: $t after $(( $(date +%s) - ts )) s: $(grep -E '^#[0-9]+' "$build/$t.log" | tail -1 | cut -c1-150)"
+    done
+  ) &
+  beat=$!
+  frc=0
+  wait "$fpid" || frc=$?
+  kill "$beat" 2>/dev/null || true
+  wait "$beat" 2>/dev/null || true
+  if [ "$frc" -ne 0 ]; then
+    echo "fuzz: $t FOUND A PROBLEM (exit $frc) after $(( $(date +%s) - ts )) s (log: $build/$t.log)"
     tail -60 "$build/$t.log"
     ls "$build/$t"-crash-* "$build/$t"-leak-* "$build/$t"-timeout-* "$build/$t"-oom-* 2>/dev/null || true
     status=1
