@@ -546,8 +546,17 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                             dot = tq.dot;
                             pack_q_transposed(K, &g, &q, ni, qt, dot);
                         }
-                        if (amx)
+                        /* a partly masked pair of finite data: the fp32 products only over
+                           the pairs some row sees (scratch.h) */
+                        const int seen = !full && !sel;
+                        if (amx && seen)
+                            fa_cpu_amx_rowA_seen(X, nk, ni, (int)g.kq32, w.kb, ldka, q.qtp, ldq,
+                                                 w.s, ldq, j0, w.lo, w.hi);
+                        else if (amx)
                             X->gemm(nk, ni, (int)g.kq32, w.kb, ldka, q.qtp, ldq, w.s, ldq, 0);
+                        else if (seen)
+                            fa_cpu_rowA_seen(K, nk, ni, (int)dqk, w.kc, ldk, qt, ldq, w.s, ldq,
+                                             j0, w.lo, w.hi);
                         else
                             K->gemm_rowA(nk, ni, (int)dqk, w.kc, ldk, qt, ldq, w.s, ldq, 0);
                         if (slow)
@@ -556,8 +565,14 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                         if (!full) fa_cpu_mask_pass(w.s, nk, ni, ldq, j0, w.lo, w.hi);
                         K->exp_sub(w.s, nk, ni, ldq, slow ? 1.0f : p->scale, lsev);
                         if (sel) zero_masked(w.s, nk, ni, ldq, j0, w.lo, w.hi);
-                        if (amx)
+                        if (amx && seen)
+                            fa_cpu_amx_rowA_seen(X, nk, ni, (int)g.kv32, w.vb, ldva, q.dotp, ldq,
+                                                 w.dp, ldq, j0, w.lo, w.hi);
+                        else if (amx)
                             X->gemm(nk, ni, (int)g.kv32, w.vb, ldva, q.dotp, ldq, w.dp, ldq, 0);
+                        else if (seen)
+                            fa_cpu_rowA_seen(K, nk, ni, (int)dv, w.vc, ldv, dot, ldq, w.dp, ldq,
+                                             j0, w.lo, w.hi);
                         else
                             K->gemm_rowA(nk, ni, (int)dv, w.vc, ldv, dot, ldq, w.dp, ldq, 0);
                         const float *pv = w.s;
@@ -570,9 +585,16 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                         }
                         if (amx) {
                             X->to_rows(w.pb, ldpa, pv, ldq, nk, ni);
-                            X->gemm(nk, (int)dv, k32q, w.pb, ldpa, q.dop, ldv, w.dv, ldv, 1);
+                            if (seen)
+                                fa_cpu_amx_keys_seen(X, nk, (int)dv, ni, w.pb, ldpa, q.dop, ldv,
+                                                     w.dv, ldv, j0, w.lo, w.hi);
+                            else
+                                X->gemm(nk, (int)dv, k32q, w.pb, ldpa, q.dop, ldv, w.dv, ldv, 1);
                         } else if (sel && dobad)
                             visible_rowA(pv, ldq, doc, ldv, w.dv, ldv, nk, ni, (int)dv, j0, w.lo, w.hi);
+                        else if (seen)
+                            fa_cpu_rowA_keys_seen(K, nk, (int)dv, ni, pv, ldq, doc, ldv, w.dv, ldv,
+                                                  j0, w.lo, w.hi);
                         else
                             K->gemm_rowA(nk, (int)dv, ni, pv, ldq, doc, ldv, w.dv, ldv, 1);
                         K->ds(w.dp, w.s, nk, ni, ldq, dd);
@@ -585,9 +607,16 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                         if (sel) zero_masked(w.dp, nk, ni, ldq, j0, w.lo, w.hi);
                         if (amx) {
                             X->to_rows(w.pb, ldpa, w.dp, ldq, nk, ni);
-                            X->gemm(nk, (int)dqk, k32q, w.pb, ldpa, q.qp, ldk, w.dk, ldk, 1);
+                            if (seen)
+                                fa_cpu_amx_keys_seen(X, nk, (int)dqk, ni, w.pb, ldpa, q.qp, ldk,
+                                                     w.dk, ldk, j0, w.lo, w.hi);
+                            else
+                                X->gemm(nk, (int)dqk, k32q, w.pb, ldpa, q.qp, ldk, w.dk, ldk, 1);
                         } else if (sel && qbad)
                             visible_rowA(w.dp, ldq, qc, ldk, w.dk, ldk, nk, ni, (int)dqk, j0, w.lo, w.hi);
+                        else if (seen)
+                            fa_cpu_rowA_keys_seen(K, nk, (int)dqk, ni, w.dp, ldq, qc, ldk, w.dk, ldk,
+                                                  j0, w.lo, w.hi);
                         else
                             K->gemm_rowA(nk, (int)dqk, ni, w.dp, ldq, qc, ldk, w.dk, ldk, 1);
                         float *dqb = dqc + (h * qrows + qbase + i0) * lddq;
@@ -598,12 +627,16 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                             int kp32 = (nk + 31) / 32, rq = (ni + 15) / 16 * 16;
                             X->to_pairs(w.tp, ldq, w.dp, ldq, nk, ni);
                             X->tr32((uint32_t *)w.dsb, ldsa / 2, w.tp, ldq, 16 * kp32, rq);
-                            if (rq == ni) {
-                                X->gemm(ni, (int)dqk, kp32, w.dsb, ldsa, w.kp, ldk, dqb, lddq, 1);
-                            } else {
+                            float *dqo = rq == ni ? dqb : w.dqt;
+                            if (rq != ni)
                                 for (int r = 0; r < ni; r++)
                                     memcpy(w.dqt + r * lddq, dqb + r * lddq, sizeof(float) * (size_t)dqk);
-                                X->gemm(ni, (int)dqk, kp32, w.dsb, ldsa, w.kp, ldk, w.dqt, lddq, 1);
+                            if (seen)
+                                fa_cpu_amx_rows_seen(X, ni, (int)dqk, nk, w.dsb, ldsa, w.kp, ldk,
+                                                     dqo, lddq, j0, w.lo, w.hi);
+                            else
+                                X->gemm(ni, (int)dqk, kp32, w.dsb, ldsa, w.kp, ldk, dqo, lddq, 1);
+                            if (rq != ni) {
                                 for (int r = 0; r < ni; r++)
                                     memcpy(dqb + r * lddq, w.dqt + r * lddq, sizeof(float) * (size_t)dqk);
                             }
@@ -615,6 +648,9 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                                     for (int64_t x = 0; x < dqk; x++)
                                         dqb[r * lddq + x] += gr * w.kc[j * ldk + x];
                                 }
+                        } else if (seen) {
+                            fa_cpu_colA_rows_seen(K, ni, (int)dqk, nk, w.dp, ldq, w.kc, ldk, dqb,
+                                                  lddq, j0, w.lo, w.hi, NULL);
                         } else {
                             K->gemm_colA(ni, (int)dqk, nk, w.dp, ldq, w.kc, ldk, dqb, lddq, 1);
                         }

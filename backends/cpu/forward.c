@@ -183,14 +183,21 @@ static void fwd_task(const fa_context *ctx, const fa_problem *p, const fwd_block
             }
         }
     }
-    /* Q^T [dqk][ldq] */
-    for (int r = 0; r < nr && !bfp && !X; r++) {
-        K->cvt_in(w->row, (const char *)p->q.data +
-                  fa_qrow(&p->q, &sq, w->ir[r], w->hr[r]) * (int64_t)fa_dtype_size(p->q.dtype),
-                  dqk, p->q.dtype);
-        for (int64_t c = 0; c < dqk; c++) w->qt[c * ldq + r] = w->row[c];
+    /* Q^T [dqk][ldq]: 16 rows at a time converted into tmp [16][ldk], then transposed by
+       the kernel set's tr32 (16 x 16 register transposes; C where the set has none) */
+    size_t qsz = fa_dtype_size(p->q.dtype), ksz = fa_dtype_size(p->k.dtype), vsz = fa_dtype_size(p->v.dtype);
+    for (int r0 = 0; r0 < nr && !bfp && !X; r0 += 16) {
+        int rn = nr - r0 < 16 ? nr - r0 : 16;
+        for (int r = 0; r < rn; r++)
+            K->cvt_in(w->tmp + r * ldk, (const char *)p->q.data +
+                      fa_qrow(&p->q, &sq, w->ir[r0 + r], w->hr[r0 + r]) * (int64_t)qsz, dqk,
+                      p->q.dtype);
+        if (K->tr32)
+            K->tr32((uint32_t *)(w->qt + r0), ldq, (const uint32_t *)w->tmp, ldk, rn, (int)dqk);
+        else
+            for (int r = 0; r < rn; r++)
+                for (int64_t c = 0; c < dqk; c++) w->qt[c * ldq + r0 + r] = w->tmp[r * ldk + c];
     }
-    size_t ksz = fa_dtype_size(p->k.dtype), vsz = fa_dtype_size(p->v.dtype);
     float sc = slow ? 1.0f : p->scale;
     for (int64_t kb = kb0; kb < kb1; kb++) {
         int64_t j0 = kb * bkv;
@@ -245,16 +252,18 @@ static void fwd_task(const fa_context *ctx, const fa_problem *p, const fwd_block
             } else {
                 /* The source rows are a head's slice of [.., Sk, Hkv, d] rows, H*d elements
                    apart: each on its own page for large H*d, where the hardware prefetchers
-                   do not follow. Rows PF ahead are prefetched (whole rows, one touch per
-                   64-byte line). */
+                   do not follow. Rows PF ahead are prefetched into L2 (whole rows, one
+                   touch per 64-byte line; prefetcht1: the non-temporal hint, measured on
+                   one development VM, copied at 4.4 GB/s where plain copies ran at 11,
+                   bench/NOTES.md item 27). */
                 enum { PF = 8 };
                 const int64_t kb_ = dqk * (int64_t)ksz, vb_ = dv * (int64_t)vsz;
                 for (int j = 0; j < nk; j++) {
                     if (j + PF < nk) {
                         const char *kp = KV_SRC(p, &p->k, &sq, f->b, j0 + j + PF, hk, ksz);
                         const char *vp = KV_SRC(p, &p->v, &sq, f->b, j0 + j + PF, hk, vsz);
-                        for (int64_t x = 0; x < kb_; x += 64) __builtin_prefetch(kp + x, 0, 0);
-                        for (int64_t x = 0; x < vb_; x += 64) __builtin_prefetch(vp + x, 0, 0);
+                        for (int64_t x = 0; x < kb_; x += 64) __builtin_prefetch(kp + x, 0, 2);
+                        for (int64_t x = 0; x < vb_; x += 64) __builtin_prefetch(vp + x, 0, 2);
                     }
                     K->cvt_in(kc + j * ldk, KV_SRC(p, &p->k, &sq, f->b, j0 + j, hk, ksz), dqk,
                               p->k.dtype);
@@ -267,19 +276,24 @@ static void fwd_task(const fa_context *ctx, const fa_problem *p, const fwd_block
         } else {
             vbad = w->packed[kb] == 2;
         }
-        if (X)
-            X->gemm(nk, nr, (int)(ldka / 32), (const uint16_t *)kc, ldka,
-                    (const uint32_t *)w->qt, ldq, w->s, ldq, 0);
-        else if (bfp)
-            K->gemm_bf16_rowA(nk, nr, (int)dqp, (const uint16_t *)kc, ldk,
-                              (const uint16_t *)w->qt, ldq, w->s, ldq, 0);
-        else
-            K->gemm_rowA(nk, nr, (int)dqk, kc, ldk, w->qt, ldq, w->s, ldq, 0);
-        if (slow)
-            fa_cpu_score_pass(p, &sq, f->b, w->s, nk, nr, ldq, j0, w->hr, w->ir, NULL);
         int full = 1;
         for (int r = 0; r < nr && full; r++)
             if (w->lo[r] > j0 || w->hi[r] < j0 + nk) full = 0;
+        if (X && full)
+            X->gemm(nk, nr, (int)(ldka / 32), (const uint16_t *)kc, ldka,
+                    (const uint32_t *)w->qt, ldq, w->s, ldq, 0);
+        else if (X)
+            fa_cpu_amx_rowA_seen(X, nk, nr, (int)(ldka / 32), (const uint16_t *)kc, ldka,
+                                 (const uint32_t *)w->qt, ldq, w->s, ldq, j0, w->lo, w->hi);
+        else if (bfp)
+            K->gemm_bf16_rowA(nk, nr, (int)dqp, (const uint16_t *)kc, ldk,
+                              (const uint16_t *)w->qt, ldq, w->s, ldq, 0);
+        else if (full)
+            K->gemm_rowA(nk, nr, (int)dqk, kc, ldk, w->qt, ldq, w->s, ldq, 0);
+        else
+            fa_cpu_rowA_seen(K, nk, nr, (int)dqk, kc, ldk, w->qt, ldq, w->s, ldq, j0, w->lo, w->hi);
+        if (slow)
+            fa_cpu_score_pass(p, &sq, f->b, w->s, nk, nr, ldq, j0, w->hr, w->ir, NULL);
         if (!full) fa_cpu_mask_pass(w->s, nk, nr, ldq, j0, w->lo, w->hi);
         K->softmax_fwd(w->s, nk, nr, ldq, sc, m, l, w->alpha);
         if (p->dropout_p > 0.0f)
@@ -296,8 +310,12 @@ static void fwd_task(const fa_context *ctx, const fa_problem *p, const fwd_block
         }
         if (X && (full || !vbad)) {
             X->to_pairs((uint32_t *)w->pp, ldq, w->s, ldq, nk, nr);
-            X->gemm((int)dv, nr, (nk + 31) / 32, (const uint16_t *)vc, ldvt,
-                    (const uint32_t *)w->pp, ldq, w->ot, ldq, 1);
+            if (full)
+                X->gemm((int)dv, nr, (nk + 31) / 32, (const uint16_t *)vc, ldvt,
+                        (const uint32_t *)w->pp, ldq, w->ot, ldq, 1);
+            else
+                fa_cpu_amx_ot_seen(X, (int)dv, nr, nk, (const uint16_t *)vc, ldvt,
+                                   (const uint32_t *)w->pp, ldq, w->ot, ldq, j0, w->lo, w->hi);
         } else if (X) {
             /* non-finite V in a partly masked tile: each row sums only its keys; P is
                rounded to bf16 as on the tile path */
@@ -315,10 +333,16 @@ static void fwd_task(const fa_context *ctx, const fa_problem *p, const fwd_block
             K->to_pairs((uint16_t *)w->pp, ldq, w->s, ldq, nk, nr);
             K->gemm_bf16_colA(nr, (int)dv, (nk + 1) / 2, (const uint16_t *)w->pp, ldq,
                               (const uint16_t *)vc, ldv, o, ldv, 1);
-        } else if (fused) {
+        } else if (fused && full) {
             K->gemm_colA_scaled(nr, (int)dv, nk, w->s, ldq, vc, ldv, o, ldv, w->alpha);
-        } else if (full || !vbad) {
+        } else if (fused) {
+            fa_cpu_colA_rows_seen(K, nr, (int)dv, nk, w->s, ldq, vc, ldv, o, ldv, j0, w->lo,
+                                  w->hi, w->alpha);
+        } else if (full) {
             K->gemm_colA(nr, (int)dv, nk, w->s, ldq, vc, ldv, o, ldv, 1);
+        } else if (!vbad) {
+            fa_cpu_colA_rows_seen(K, nr, (int)dv, nk, w->s, ldq, vc, ldv, o, ldv, j0, w->lo,
+                                  w->hi, NULL);
         } else {
             /* rare: non-finite V in a partly masked tile; each row sums only its keys,
                as the reference does, so NaN reaches exactly the rows that see it */
@@ -386,10 +410,11 @@ fa_status fa_cpu_forward(fa_context *ctx, const fa_problem *p)
     int64_t ldk = fa_sz_ld(p->dqk, &ovf), ldv = fa_sz_ld(p->dv, &ovf);
     int64_t dmax = p->dqk > p->dv ? p->dqk : p->dv, dmaxp = ldk > ldv ? ldk : ldv;
     int64_t bmax = ldq > bkv ? ldq : bkv;
-    /* AMX packing temp (words): Q rows [ldq][ldka/2] or V pairs [round_up(bkv,32)/2][ldv]
-       (ldq is a multiple of FA_CPU_PAD, so ldq/2 * x = ldq * x / 2) */
+    /* packing temp (words): AMX Q rows [ldq][ldka/2] or V pairs [round_up(bkv,32)/2][ldv]
+       (ldq is a multiple of FA_CPU_PAD, so ldq/2 * x = ldq * x / 2); fp32 Q rows [16][ldk] */
     int64_t tmpsz = fa_sz_add(fa_sz_mul(ldq / 2, fa_sz_add(ldk, 16, &ovf), &ovf),
                               fa_sz_mul((int64_t)bkv / 2 + 16, ldv, &ovf), &ovf);
+    tmpsz = fa_sz_add(tmpsz, fa_sz_mul(16, ldk, &ovf), &ovf);   /* fp32: 16 Q rows */
     /* qt [(dqk+16) x ldq], s, kc, vc, o, m/l/alpha, row, 5 int64 arrays of ldq (2 floats
        each), P pairs, O^T (AMX), AMX tmp, row pointers */
     int64_t small = (int64_t)bkv * ldq + 3 * ldq + 5 * ldq * 2 + ((int64_t)bkv / 2 + 16) * ldq +

@@ -77,18 +77,31 @@ static inline int64_t fa_sz_ceil_div(int64_t n, int64_t d)
     return n / d + (n % d != 0);
 }
 
-/* 1 when one of the rows x[r*ld + c] (r < rows, c < n) is Inf or NaN: x - x is 0 exactly
-   for finite x and NaN otherwise. An OR of compares, which the compiler vectorizes (a
-   float sum of 0 * x, which it may not reorder, was a serial chain of adds). */
+/* 1 when one of the rows x[r*ld + c] (r < rows, c < n) is Inf or NaN. On the bits: the
+   exponent field plus one exponent unit reaches bit 31 exactly when the field is all
+   ones, so an OR of (u & exp) + unit over the row has bit 31 set iff some element is
+   Inf/NaN. Eight lanes of fixed width, which gcc -O2 turns into vector and/add/or at the
+   library's baseline ISA (a NaN-aware float compare, x - x == 0, stayed a scalar
+   ucomiss/setp/cmov per element, also under omp simd once inlined into the loop nests). */
 static inline int fa_cpu_nonfinite(const float *x, int rows, int64_t n, int64_t ld)
 {
-    int bad = 0;
+    uint32_t acc[8] = { 0 }, bad = 0;
     for (int r = 0; r < rows; r++) {
         const float *xr = x + r * ld;
-#pragma omp simd reduction(|:bad)
-        for (int64_t c = 0; c < n; c++) bad |= !(xr[c] - xr[c] == 0.0f);
+        int64_t c = 0;
+        for (; c + 8 <= n; c += 8) {
+            uint32_t u[8];
+            memcpy(u, xr + c, sizeof u);
+            for (int e = 0; e < 8; e++) acc[e] |= (u[e] & 0x7f800000u) + 0x00800000u;
+        }
+        for (; c < n; c++) {
+            uint32_t u;
+            memcpy(&u, xr + c, sizeof u);
+            bad |= (u & 0x7f800000u) + 0x00800000u;
+        }
     }
-    return bad;
+    for (int e = 0; e < 8; e++) bad |= acc[e];
+    return (int)(bad >> 31);
 }
 
 /* Does the call need the per-element score pipeline (the "slow" pre-pass)? */
@@ -144,7 +157,9 @@ static inline void fa_cpu_mask_pass(float *s, int nk, int nq, int64_t ld, int64_
             float *row = s + j * ld;
             while (r1 < nq && hi[r1] <= jj) r1++;
             while (r2 < nq && lo[r2] <= jj) r2++;
+#pragma omp simd
             for (int r = 0; r < r1; r++) row[r] = -INFINITY;
+#pragma omp simd
             for (int r = r2 > r1 ? r2 : r1; r < nq; r++) row[r] = -INFINITY;
         }
         return;
@@ -154,6 +169,190 @@ static inline void fa_cpu_mask_pass(float *s, int nk, int nq, int64_t ld, int64_
             int64_t jj = j0 + j;
             if (jj < lo[r] || jj >= hi[r]) s[j * ld + r] = -INFINITY;
         }
+    }
+}
+
+/* ---- products over a partly masked tile, restricted to the pairs some row sees ----------
+   A causal mask (or a window) leaves whole rectangles of a diagonal tile unseen: with
+   256 x 256 tiles about half of each diagonal tile, so at S = 1024 a fifth and at S = 4096
+   about 6% of all the products of a causal call. These wrappers split the tile into
+   panels and give each product only the span that one of the panel's rows sees. Every
+   value a row sees is computed by the same kernel on the same operands in the same order
+   as by the whole-tile call (so bitwise the same); the skipped pairs are masked ones,
+   whose P and dS are exactly 0. They are for tiles whose data are finite (the select path
+   of the backward keeps the whole-tile loops). */
+
+/* [*ja, *jb): the tile's keys (relative to j0, within nk) seen by one of the rows
+   r0 .. r1-1, as one span (the union of their visible ranges); 0, 0 when none. */
+static inline void fa_cpu_key_span(const int64_t *lo, const int64_t *hi, int r0, int r1,
+                                   int64_t j0, int nk, int *ja, int *jb)
+{
+    int64_t a = INT64_MAX, e = INT64_MIN;
+    for (int r = r0; r < r1; r++) {
+        int64_t l = lo[r] > j0 ? lo[r] : j0, h = hi[r] < j0 + nk ? hi[r] : j0 + nk;
+        if (l >= h) continue;
+        if (l < a) a = l;
+        if (h > e) e = h;
+    }
+    *ja = a < e ? (int)(a - j0) : 0;
+    *jb = a < e ? (int)(e - j0) : 0;
+}
+
+/* [*ra, *rb): the rows (of nq) that see one of the keys j0 + ja .. j0 + jb - 1, as one
+   span; 0, 0 when none. */
+static inline void fa_cpu_row_span(const int64_t *lo, const int64_t *hi, int nq, int64_t j0,
+                                   int ja, int jb, int *ra, int *rb)
+{
+    int a = nq, e = 0;
+    for (int r = 0; r < nq; r++)
+        if (lo[r] < hi[r] && lo[r] < j0 + jb && hi[r] > j0 + ja) {
+            if (r < a) a = r;
+            e = r + 1;
+        }
+    *ra = a < e ? a : 0;
+    *rb = a < e ? e : 0;
+}
+
+/* S^T-shaped product C[j][r] = A[j][:] . B[:][r] (gemm_rowA, overwrite; keys j < nk, rows
+   r < nq, inner dimension kd), computed per panel of K->nr rows over the keys one of them
+   sees; the panel's other keys get 0 (the mask pass or exp then makes them -inf or 0). */
+static inline void fa_cpu_rowA_seen(const fa_cpu_kernels *K, int nk, int nq, int kd,
+                                    const float *a, int64_t lda, const float *b, int64_t ldb,
+                                    float *c, int64_t ldc, int64_t j0, const int64_t *lo,
+                                    const int64_t *hi)
+{
+    for (int r0 = 0; r0 < nq; r0 += K->nr) {
+        int r1 = nq - r0 < K->nr ? nq : r0 + K->nr, ja, jb;
+        size_t w = sizeof(float) * (size_t)(r1 - r0);
+        fa_cpu_key_span(lo, hi, r0, r1, j0, nk, &ja, &jb);
+        for (int j = 0; j < ja; j++) memset(c + j * ldc + r0, 0, w);
+        if (ja < jb)
+            K->gemm_rowA(jb - ja, r1 - r0, kd, a + ja * lda, lda, b + r0, ldb,
+                         c + ja * ldc + r0, ldc, 0);
+        for (int j = jb; j < nk; j++) memset(c + j * ldc + r0, 0, w);
+    }
+}
+
+/* C[j][:] += sum_r A[j][r] B[r][:] over an S^T-shaped A (keys j < nk, rows r < nq) that
+   is 0 at the pairs no row sees (gemm_rowA, accumulate; n columns): per block of 4 MR
+   keys, the inner dimension is the rows that see one of them. */
+static inline void fa_cpu_rowA_keys_seen(const fa_cpu_kernels *K, int nk, int n, int nq,
+                                         const float *a, int64_t lda, const float *b,
+                                         int64_t ldb, float *c, int64_t ldc, int64_t j0,
+                                         const int64_t *lo, const int64_t *hi)
+{
+    const int step = 4 * K->mr;
+    for (int j = 0; j < nk; j += step) {
+        int je = nk - j < step ? nk : j + step, ra, rb;
+        fa_cpu_row_span(lo, hi, nq, j0, j, je, &ra, &rb);
+        if (ra < rb)
+            K->gemm_rowA(je - j, n, rb - ra, a + j * lda + ra, lda, b + ra * ldb, ldb,
+                         c + j * ldc, ldc, 1);
+    }
+}
+
+/* C[r][:] (= alpha[r] C[r][:]) += sum_j A[j][r] B[j][:] over an S^T-shaped A (keys j < nk,
+   rows r < nq) that is 0 at the pairs no row sees (gemm_colA, accumulate, or
+   gemm_colA_scaled when alpha is given): per block of 4 MR rows, the inner dimension is
+   the keys one of them sees. */
+static inline void fa_cpu_colA_rows_seen(const fa_cpu_kernels *K, int nq, int n, int nk,
+                                         const float *a, int64_t lda, const float *b,
+                                         int64_t ldb, float *c, int64_t ldc, int64_t j0,
+                                         const int64_t *lo, const int64_t *hi,
+                                         const float *alpha)
+{
+    const int step = 4 * K->mr;
+    for (int r = 0; r < nq; r += step) {
+        int re = nq - r < step ? nq : r + step, ja, jb;
+        fa_cpu_key_span(lo, hi, r, re, j0, nk, &ja, &jb);
+        if (ja < jb && alpha)
+            K->gemm_colA_scaled(re - r, n, jb - ja, a + ja * lda + r, lda, b + ja * ldb, ldb,
+                                c + r * ldc, ldc, alpha + r);
+        else if (ja < jb)
+            K->gemm_colA(re - r, n, jb - ja, a + ja * lda + r, lda, b + ja * ldb, ldb,
+                         c + r * ldc, ldc, 1);
+        else if (alpha)
+            for (int i = r; i < re; i++)
+                if (alpha[i] != 1.0f)
+                    for (int x = 0; x < n; x++) c[i * ldc + x] *= alpha[i];
+    }
+}
+
+/* The same restriction for the AMX tile kernels (kernels.h: whole 16 x 16 C tiles, k in
+   steps of 32): spans are rounded out to whole tiles, which stay inside the padding every
+   whole-tile call already reads and writes. A k step that the restriction leaves out
+   holds only masked pairs (P, dS = 0), whose products add exact zeros. */
+
+/* S^T-shaped C[j][r] = A[j][:] B[:][r] (overwrite; A bf16 rows, B pairs, k32 steps) per
+   32 rows r (one 2 x 2 tile block wide) over the 16-row tiles of keys they see; the
+   other keys of those columns get 0. */
+static inline void fa_cpu_amx_rowA_seen(const fa_cpu_amx_kernels *X, int nk, int nq, int k32,
+                                        const uint16_t *a, int64_t lda, const uint32_t *b,
+                                        int64_t ldb, float *c, int64_t ldc, int64_t j0,
+                                        const int64_t *lo, const int64_t *hi)
+{
+    for (int r0 = 0; r0 < nq; r0 += 32) {
+        int r1 = nq - r0 < 32 ? nq : r0 + 32, ja, jb;
+        size_t w = sizeof(float) * (size_t)(r1 - r0);
+        fa_cpu_key_span(lo, hi, r0, r1, j0, nk, &ja, &jb);
+        ja = ja / 16 * 16;
+        jb = (jb + 15) / 16 * 16;
+        for (int j = 0; j < ja; j++) memset(c + j * ldc + r0, 0, w);
+        if (ja < jb)
+            X->gemm(jb - ja, r1 - r0, k32, a + ja * lda, lda, b + r0, ldb, c + ja * ldc + r0,
+                    ldc, 0);
+        for (int j = jb; j < nk; j++) memset(c + j * ldc + r0, 0, w);
+    }
+}
+
+/* O^T[x][r] += sum_j A[x][j] P[j][r] (m rows x, A bf16 rows over keys, B = P^T pairs over
+   keys, 0 at unseen pairs): per 32 rows r over the 32-key steps they see. */
+static inline void fa_cpu_amx_ot_seen(const fa_cpu_amx_kernels *X, int m, int nq, int nk,
+                                      const uint16_t *a, int64_t lda, const uint32_t *b,
+                                      int64_t ldb, float *c, int64_t ldc, int64_t j0,
+                                      const int64_t *lo, const int64_t *hi)
+{
+    for (int r0 = 0; r0 < nq; r0 += 32) {
+        int r1 = nq - r0 < 32 ? nq : r0 + 32, ja, jb;
+        fa_cpu_key_span(lo, hi, r0, r1, j0, nk, &ja, &jb);
+        if (ja >= jb) continue;
+        ja = ja / 32 * 32;
+        X->gemm(m, r1 - r0, (jb - ja + 31) / 32, a + ja, lda, b + (ja / 2) * ldb + r0, ldb,
+                c + r0, ldc, 1);
+    }
+}
+
+/* C[j][:] += sum_r A[j][r] B[r][:] (A bf16 rows keys x rows, 0 at unseen pairs; B pairs
+   over rows): per 32 keys over the 32-row steps that see them (dV, dK). */
+static inline void fa_cpu_amx_keys_seen(const fa_cpu_amx_kernels *X, int nk, int n, int nq,
+                                        const uint16_t *a, int64_t lda, const uint32_t *b,
+                                        int64_t ldb, float *c, int64_t ldc, int64_t j0,
+                                        const int64_t *lo, const int64_t *hi)
+{
+    for (int j = 0; j < nk; j += 32) {
+        int je = nk - j < 32 ? nk : j + 32, ra, rb;
+        fa_cpu_row_span(lo, hi, nq, j0, j, je, &ra, &rb);
+        if (ra >= rb) continue;
+        ra = ra / 32 * 32;
+        X->gemm(je - j, n, (rb - ra + 31) / 32, a + j * lda + ra, lda, b + (ra / 2) * ldb, ldb,
+                c + j * ldc, ldc, 1);
+    }
+}
+
+/* C[r][:] += sum_j A[r][j] B[j][:] (A bf16 rows: rows x keys, 0 at unseen pairs; B pairs
+   over keys): per 32 rows over the 32-key steps they see (dQ). */
+static inline void fa_cpu_amx_rows_seen(const fa_cpu_amx_kernels *X, int nq, int n, int nk,
+                                        const uint16_t *a, int64_t lda, const uint32_t *b,
+                                        int64_t ldb, float *c, int64_t ldc, int64_t j0,
+                                        const int64_t *lo, const int64_t *hi)
+{
+    for (int r = 0; r < nq; r += 32) {
+        int re = nq - r < 32 ? nq : r + 32, ja, jb;
+        fa_cpu_key_span(lo, hi, r, re, j0, nk, &ja, &jb);
+        if (ja >= jb) continue;
+        ja = ja / 32 * 32;
+        X->gemm(re - r, n, (jb - ja + 31) / 32, a + r * lda + ja, lda, b + (ja / 2) * ldb, ldb,
+                c + r * ldc, ldc, 1);
     }
 }
 
