@@ -8,7 +8,8 @@
 # gives per cell the best and the median over the rounds for A and B and their ratios.
 #   REPEATS  timed calls per run (default 10)
 #   OUT      where the per-run CSVs go (default ab-cpu)
-# Prints the raw lines (A|B shape threads dir GFLOP/s) as it goes, the table last.
+# Prints the raw lines (A|B|shape|threads|dir|GFLOP/s) as it goes and the table last;
+# each run's CSV and its progress log stay in OUT.
 set -eu
 [ $# -ge 3 ] || { echo "usage: $0 ROUNDS BENCH_A BENCH_B [SHAPE...]" >&2; exit 2; }
 rounds=$1 a=$2 b=$3
@@ -29,7 +30,7 @@ while [ "$r" -le "$rounds" ]; do
       csv="$out/r$r-$which-$n.csv"
       # shellcheck disable=SC2086
       "$prog" --backend cpu --mode sweep --sweep-only --heads 16 $shape \
-        --repeats "${REPEATS:-10}" --format csv --out "$out/work" > "$csv"
+        --repeats "${REPEATS:-10}" --format csv --out "$out/work" > "$csv" 2> "${csv%.csv}.log"
       python3 - "$which" "$shape" "$csv" <<'PY' | tee -a "$raw"
 import csv, sys
 which, shape, path = sys.argv[1:4]

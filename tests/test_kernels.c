@@ -533,6 +533,69 @@ START_TEST(test_amx_seen_products)
 }
 END_TEST
 
+/* The bf16 dot-product wrappers against whole-tile calls (sets with those kernels, where
+   the CPU has AVX-512 BF16). */
+START_TEST(test_bf16_seen_products)
+{
+    int ran = 0;
+    for (int si = 0; si < nsets; si++) {
+        const fa_cpu_kernels *K = sets[si].k;
+        if (!sets[si].ok || !K->gemm_bf16_rowA) continue;
+        __builtin_cpu_init();
+        if (!__builtin_cpu_supports("avx512bf16")) continue;
+        ran = 1;
+        for (int it = 0; it < 30; it++) {
+            int pat = it % 5;
+            int nk = 1 + (int)(unif() * 300), nq = 1 + (int)(unif() * 300);
+            int kp = 1 + (int)(unif() * 70), n = 1 + (int)(unif() * 150);
+            int64_t j0 = (int64_t)(unif() * 1000);
+            int64_t ld = nq + 16, lda = 2 * kp + 2, ldn = n + 5;
+            int nkp = (nk + 1) / 2;
+            int64_t *lo = malloc(sizeof(int64_t) * nq), *hi = malloc(sizeof(int64_t) * nq);
+            seen_ranges(pat, nq, nk, j0, lo, hi);
+#define SEEN(j, r) (j0 + (j) >= lo[r] && j0 + (j) < hi[r])
+            /* S^T: A bf16 rows [nk][lda], B pairs [kp][ld] */
+            uint16_t *A = calloc((size_t)nk * lda, 2), *B = calloc((size_t)kp * ld * 2, 2);
+            float *c0 = malloc(sizeof(float) * nk * ld), *c1 = malloc(sizeof(float) * nk * ld);
+            for (long x = 0; x < (long)nk * lda; x++) A[x] = bf16_of(rnd());
+            for (long x = 0; x < (long)kp * ld * 2; x++) B[x] = bf16_of(rnd());
+            for (long x = 0; x < (long)nk * ld; x++) c0[x] = c1[x] = NAN;
+            K->gemm_bf16_rowA(nk, nq, kp, A, lda, B, ld, c0, ld, 0);
+            fa_cpu_bf16_rowA_seen(K, nk, nq, kp, A, lda, B, ld, c1, ld, j0, lo, hi);
+            for (int j = 0; j < nk; j++)
+                for (int r = 0; r < nq; r++)
+                    if (SEEN(j, r))
+                        ck_assert_msg(memcmp(c0 + j * ld + r, c1 + j * ld + r, 4) == 0,
+                                      "%s bf16_rowA_seen pat %d [%d][%d]: %.9g, whole tile %.9g",
+                                      sets[si].name, pat, j, r, c1[j * ld + r], c0[j * ld + r]);
+                    else
+                        ck_assert_msg(!isnan(c1[j * ld + r]), "bf16_rowA_seen [%d][%d] unwritten", j, r);
+            /* O += P V: P^T pairs over keys [nkp][ld] (0 unseen and past nk), V pairs [nkp][ldn] */
+            uint16_t *P = calloc((size_t)nkp * ld * 2, 2), *V = calloc((size_t)nkp * ldn * 2, 2);
+            for (int j = 0; j < nk; j++) {
+                for (int r = 0; r < nq; r++)
+                    P[2 * ((j / 2) * ld + r) + (j & 1)] = SEEN(j, r) ? bf16_of(rnd()) : 0;
+                for (int x = 0; x < n; x++) V[2 * ((j / 2) * ldn + x) + (j & 1)] = bf16_of(rnd());
+            }
+            float *o0 = malloc(sizeof(float) * nq * ldn), *o1 = malloc(sizeof(float) * nq * ldn);
+            for (long x = 0; x < (long)nq * ldn; x++) o0[x] = o1[x] = rnd();
+            K->gemm_bf16_colA(nq, n, nkp, P, ld, V, ldn, o0, ldn, 1);
+            fa_cpu_bf16_colA_rows_seen(K, nq, n, nk, P, ld, V, ldn, o1, ldn, j0, lo, hi);
+            for (int r = 0; r < nq; r++)
+                for (int x = 0; x < n; x++)
+                    ck_assert_msg(o0[r * ldn + x] == o1[r * ldn + x],
+                                  "%s bf16_colA_rows_seen pat %d [%d][%d]: %.9g, whole tile %.9g",
+                                  sets[si].name, pat, r, x, o1[r * ldn + x], o0[r * ldn + x]);
+#undef SEEN
+            free(lo); free(hi); free(A); free(B); free(c0); free(c1); free(P); free(V);
+            free(o0); free(o1);
+        }
+    }
+    if (!ran)
+        fprintf(stderr, "NOTE: test_kernels: the bf16 dot-product wrappers not run: no kernel set with them runs here\n");
+}
+END_TEST
+
 int main(void)
 {
     find_sets();
@@ -550,6 +613,7 @@ int main(void)
     tcase_set_timeout(tp, 60);
     tcase_add_test(tp, test_seen_products);
     tcase_add_test(tp, test_amx_seen_products);
+    tcase_add_test(tp, test_bf16_seen_products);
     suite_add_tcase(su, tp);
 #ifdef FA_HAVE_AMX
     int al = amx_level();

@@ -520,16 +520,18 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                             if (flag) *flag = 1;
                         }
                         /* A partly masked pair whose data holds Inf/NaN (rare): K or V of the
-                           tile, Q or dO of a row, or a row's lse or D (NaN when its own inputs
-                           reached it). Masked products are then made 0 by a select, not by
+                           tile, Q or dO of a row, or a row's lse (NaN) or D (NaN or infinite,
+                           when its own inputs reached it or dO . O overflowed). Masked products are then made 0 by a select, not by
                            exp(-inf) or a multiply by 0 (exp(-inf - NaN) and 0 * NaN are NaN),
                            and dK, dV, dQ sum only the visible pairs of the non-finite operand,
                            so NaN reaches exactly what the reference's visible-only loops
                            reach (API.md item 15). */
                         int qbad = 0, dobad = 0, lbad = 0;
                         if (!full) {
+                            /* D infinite with finite inputs (an overflowing dO . O)
+                               too: 0 * (dP - D) at a masked pair would be NaN */
                             for (int r = 0; r < ni; r++)
-                                if (isnan(lsev[r]) || isnan(dd[r])) lbad = 1;
+                                if (isnan(lsev[r]) || !isfinite(dd[r])) lbad = 1;
                             qbad = fa_cpu_nonfinite(qc, ni, dqk, ldk);
                             dobad = fa_cpu_nonfinite(doc, ni, dv, ldv);
                         }

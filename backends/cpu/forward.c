@@ -285,9 +285,12 @@ static void fwd_task(const fa_context *ctx, const fa_problem *p, const fwd_block
         else if (X)
             fa_cpu_amx_rowA_seen(X, nk, nr, (int)(ldka / 32), (const uint16_t *)kc, ldka,
                                  (const uint32_t *)w->qt, ldq, w->s, ldq, j0, w->lo, w->hi);
-        else if (bfp)
+        else if (bfp && full)
             K->gemm_bf16_rowA(nk, nr, (int)dqp, (const uint16_t *)kc, ldk,
                               (const uint16_t *)w->qt, ldq, w->s, ldq, 0);
+        else if (bfp)
+            fa_cpu_bf16_rowA_seen(K, nk, nr, (int)dqp, (const uint16_t *)kc, ldk,
+                                  (const uint16_t *)w->qt, ldq, w->s, ldq, j0, w->lo, w->hi);
         else if (full)
             K->gemm_rowA(nk, nr, (int)dqk, kc, ldk, w->qt, ldq, w->s, ldq, 0);
         else
@@ -331,8 +334,12 @@ static void fwd_task(const fa_context *ctx, const fa_problem *p, const fwd_block
             }
         } else if (bfp && (full || !vbad)) {
             K->to_pairs((uint16_t *)w->pp, ldq, w->s, ldq, nk, nr);
-            K->gemm_bf16_colA(nr, (int)dv, (nk + 1) / 2, (const uint16_t *)w->pp, ldq,
-                              (const uint16_t *)vc, ldv, o, ldv, 1);
+            if (full)
+                K->gemm_bf16_colA(nr, (int)dv, (nk + 1) / 2, (const uint16_t *)w->pp, ldq,
+                                  (const uint16_t *)vc, ldv, o, ldv, 1);
+            else
+                fa_cpu_bf16_colA_rows_seen(K, nr, (int)dv, nk, (const uint16_t *)w->pp, ldq,
+                                           (const uint16_t *)vc, ldv, o, ldv, j0, w->lo, w->hi);
         } else if (fused && full) {
             K->gemm_colA_scaled(nr, (int)dv, nk, w->s, ldq, vc, ldv, o, ldv, w->alpha);
         } else if (fused) {

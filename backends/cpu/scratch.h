@@ -182,6 +182,10 @@ static inline void fa_cpu_mask_pass(float *s, int nk, int nq, int64_t ld, int64_
    whose P and dS are exactly 0. They are for tiles whose data are finite (the select path
    of the backward keeps the whole-tile loops). */
 
+/* Panel width for the wrappers below: the kernel set's tile, at least 16 (the generic
+   set's 1 x 1 tile would make a call per row). */
+static inline int fa_cpu_seen_step(int tile) { return tile < 16 ? 16 : tile; }
+
 /* [*ja, *jb): the tile's keys (relative to j0, within nk) seen by one of the rows
    r0 .. r1-1, as one span (the union of their visible ranges); 0, 0 when none. */
 static inline void fa_cpu_key_span(const int64_t *lo, const int64_t *hi, int r0, int r1,
@@ -214,15 +218,17 @@ static inline void fa_cpu_row_span(const int64_t *lo, const int64_t *hi, int nq,
 }
 
 /* S^T-shaped product C[j][r] = A[j][:] . B[:][r] (gemm_rowA, overwrite; keys j < nk, rows
-   r < nq, inner dimension kd), computed per panel of K->nr rows over the keys one of them
-   sees; the panel's other keys get 0 (the mask pass or exp then makes them -inf or 0). */
+   r < nq, inner dimension kd), computed per panel of NR rows (the set's, 16 at least) over
+   the keys one of them sees; the panel's other keys get 0 (the mask pass or exp then
+   makes them -inf or 0). */
 static inline void fa_cpu_rowA_seen(const fa_cpu_kernels *K, int nk, int nq, int kd,
                                     const float *a, int64_t lda, const float *b, int64_t ldb,
                                     float *c, int64_t ldc, int64_t j0, const int64_t *lo,
                                     const int64_t *hi)
 {
-    for (int r0 = 0; r0 < nq; r0 += K->nr) {
-        int r1 = nq - r0 < K->nr ? nq : r0 + K->nr, ja, jb;
+    const int step = fa_cpu_seen_step(K->nr);
+    for (int r0 = 0; r0 < nq; r0 += step) {
+        int r1 = nq - r0 < step ? nq : r0 + step, ja, jb;
         size_t w = sizeof(float) * (size_t)(r1 - r0);
         fa_cpu_key_span(lo, hi, r0, r1, j0, nk, &ja, &jb);
         for (int j = 0; j < ja; j++) memset(c + j * ldc + r0, 0, w);
@@ -235,13 +241,13 @@ static inline void fa_cpu_rowA_seen(const fa_cpu_kernels *K, int nk, int nq, int
 
 /* C[j][:] += sum_r A[j][r] B[r][:] over an S^T-shaped A (keys j < nk, rows r < nq) that
    is 0 at the pairs no row sees (gemm_rowA, accumulate; n columns): per block of 4 MR
-   keys, the inner dimension is the rows that see one of them. */
+   keys (16 at least), the inner dimension is the rows that see one of them. */
 static inline void fa_cpu_rowA_keys_seen(const fa_cpu_kernels *K, int nk, int n, int nq,
                                          const float *a, int64_t lda, const float *b,
                                          int64_t ldb, float *c, int64_t ldc, int64_t j0,
                                          const int64_t *lo, const int64_t *hi)
 {
-    const int step = 4 * K->mr;
+    const int step = fa_cpu_seen_step(4 * K->mr);
     for (int j = 0; j < nk; j += step) {
         int je = nk - j < step ? nk : j + step, ra, rb;
         fa_cpu_row_span(lo, hi, nq, j0, j, je, &ra, &rb);
@@ -253,15 +259,15 @@ static inline void fa_cpu_rowA_keys_seen(const fa_cpu_kernels *K, int nk, int n,
 
 /* C[r][:] (= alpha[r] C[r][:]) += sum_j A[j][r] B[j][:] over an S^T-shaped A (keys j < nk,
    rows r < nq) that is 0 at the pairs no row sees (gemm_colA, accumulate, or
-   gemm_colA_scaled when alpha is given): per block of 4 MR rows, the inner dimension is
-   the keys one of them sees. */
+   gemm_colA_scaled when alpha is given): per block of 4 MR rows (16 at least), the inner
+   dimension is the keys one of them sees. */
 static inline void fa_cpu_colA_rows_seen(const fa_cpu_kernels *K, int nq, int n, int nk,
                                          const float *a, int64_t lda, const float *b,
                                          int64_t ldb, float *c, int64_t ldc, int64_t j0,
                                          const int64_t *lo, const int64_t *hi,
                                          const float *alpha)
 {
-    const int step = 4 * K->mr;
+    const int step = fa_cpu_seen_step(4 * K->mr);
     for (int r = 0; r < nq; r += step) {
         int re = nq - r < step ? nq : r + step, ja, jb;
         fa_cpu_key_span(lo, hi, r, re, j0, nk, &ja, &jb);
@@ -278,10 +284,51 @@ static inline void fa_cpu_colA_rows_seen(const fa_cpu_kernels *K, int nq, int n,
     }
 }
 
+/* The same for the bf16 dot-product kernels (kernels.h: k in pairs, two bf16 of one column
+   in a 32-bit word): S^T per panel of NR rows over the keys they see (0 elsewhere);
+   O += P V per 4 MR rows over the key pairs they see (the span rounded out to whole pairs;
+   the pair past an odd nk is 0 in both operands). */
+static inline void fa_cpu_bf16_rowA_seen(const fa_cpu_kernels *K, int nk, int nq, int kp,
+                                         const uint16_t *a, int64_t lda, const uint16_t *b,
+                                         int64_t ldb, float *c, int64_t ldc, int64_t j0,
+                                         const int64_t *lo, const int64_t *hi)
+{
+    const int step = fa_cpu_seen_step(K->nr);
+    for (int r0 = 0; r0 < nq; r0 += step) {
+        int r1 = nq - r0 < step ? nq : r0 + step, ja, jb;
+        size_t w = sizeof(float) * (size_t)(r1 - r0);
+        fa_cpu_key_span(lo, hi, r0, r1, j0, nk, &ja, &jb);
+        for (int j = 0; j < ja; j++) memset(c + j * ldc + r0, 0, w);
+        if (ja < jb)
+            K->gemm_bf16_rowA(jb - ja, r1 - r0, kp, a + ja * lda, lda, b + 2 * r0, ldb,
+                              c + ja * ldc + r0, ldc, 0);
+        for (int j = jb; j < nk; j++) memset(c + j * ldc + r0, 0, w);
+    }
+}
+
+static inline void fa_cpu_bf16_colA_rows_seen(const fa_cpu_kernels *K, int nq, int n, int nk,
+                                              const uint16_t *a, int64_t lda,
+                                              const uint16_t *b, int64_t ldb, float *c,
+                                              int64_t ldc, int64_t j0, const int64_t *lo,
+                                              const int64_t *hi)
+{
+    const int step = fa_cpu_seen_step(4 * K->mr);
+    for (int r = 0; r < nq; r += step) {
+        int re = nq - r < step ? nq : r + step, ja, jb;
+        fa_cpu_key_span(lo, hi, r, re, j0, nk, &ja, &jb);
+        if (ja >= jb) continue;
+        ja &= ~1;
+        K->gemm_bf16_colA(re - r, n, (jb - ja + 1) / 2, a + ja * lda + 2 * r, lda, b + ja * ldb,
+                          ldb, c + r * ldc, ldc, 1);
+    }
+}
+
 /* The same restriction for the AMX tile kernels (kernels.h: whole 16 x 16 C tiles, k in
    steps of 32): spans are rounded out to whole tiles, which stay inside the padding every
    whole-tile call already reads and writes. A k step that the restriction leaves out
-   holds only masked pairs (P, dS = 0), whose products add exact zeros. */
+   holds only masked pairs (P, dS = 0), whose products add zeros (the one difference from
+   the whole-tile call: TDPBF16PS flushes a denormal accumulator to 0, and a step left out
+   does not; at most 2^-126 apart). */
 
 /* S^T-shaped C[j][r] = A[j][:] B[:][r] (overwrite; A bf16 rows, B pairs, k32 steps) per
    32 rows r (one 2 x 2 tile block wide) over the 16-row tiles of keys they see; the
@@ -293,7 +340,8 @@ static inline void fa_cpu_amx_rowA_seen(const fa_cpu_amx_kernels *X, int nk, int
 {
     for (int r0 = 0; r0 < nq; r0 += 32) {
         int r1 = nq - r0 < 32 ? nq : r0 + 32, ja, jb;
-        size_t w = sizeof(float) * (size_t)(r1 - r0);
+        /* whole 16-column tiles, as the gemm writes them (the padding stays finite) */
+        size_t w = sizeof(float) * (size_t)((r1 - r0 + 15) / 16 * 16);
         fa_cpu_key_span(lo, hi, r0, r1, j0, nk, &ja, &jb);
         ja = ja / 16 * 16;
         jb = (jb + 15) / 16 * 16;
