@@ -506,11 +506,11 @@ START_TEST(test_amx_seen_products)
         float *d0 = malloc(sizeof(float) * nk16 * n16), *d1 = malloc(sizeof(float) * nk16 * n16);
         for (int x = 0; x < nk16 * n16; x++) d0[x] = d1[x] = rnd();
         E->gemm(nk, n, nq32 / 32, Pr, nq32, Dr, n16, d0, n16, 1);
-        fa_cpu_amx_keys_seen(E, nk, n, nq, Pr, nq32, Dr, n16, d1, n16, j0, lo, hi);
+        fa_cpu_amx_acc_seen(E, 1, nk, n, nq, Pr, nq32, Dr, n16, d1, n16, j0, lo, hi);
         for (int j = 0; j < nk; j++)
             for (int x = 0; x < n; x++)
                 ck_assert_msg(d0[j * n16 + x] == d1[j * n16 + x],
-                              "amx_keys_seen pat %d [%d][%d]: %.9g, whole tile %.9g", pat, j, x,
+                              "amx_acc_seen (keys) pat %d [%d][%d]: %.9g, whole tile %.9g", pat, j, x,
                               d1[j * n16 + x], d0[j * n16 + x]);
         /* dQ [nq16][n16] += dS rows x (pairs over keys [nk32/2][n16]) */
         uint32_t *Kp = calloc((size_t)nk32 / 2 * n16, 4);
@@ -520,11 +520,11 @@ START_TEST(test_amx_seen_products)
         float *q0 = malloc(sizeof(float) * nq16 * n16), *q1 = malloc(sizeof(float) * nq16 * n16);
         for (int x = 0; x < nq16 * n16; x++) q0[x] = q1[x] = rnd();
         E->gemm(nq, n, nk32 / 32, Pt, nk32, Kp, n16, q0, n16, 1);
-        fa_cpu_amx_rows_seen(E, nq, n, nk, Pt, nk32, Kp, n16, q1, n16, j0, lo, hi);
+        fa_cpu_amx_acc_seen(E, 0, nq, n, nk, Pt, nk32, Kp, n16, q1, n16, j0, lo, hi);
         for (int r = 0; r < nq; r++)
             for (int x = 0; x < n; x++)
                 ck_assert_msg(q0[r * n16 + x] == q1[r * n16 + x],
-                              "amx_rows_seen pat %d [%d][%d]: %.9g, whole tile %.9g", pat, r, x,
+                              "amx_acc_seen (rows) pat %d [%d][%d]: %.9g, whole tile %.9g", pat, r, x,
                               q1[r * n16 + x], q0[r * n16 + x]);
 #undef SEEN
         free(lo); free(hi); free(A); free(B); free(c0); free(c1); free(Pp); free(Pr); free(Pt);

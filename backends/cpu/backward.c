@@ -588,8 +588,8 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                         if (amx) {
                             X->to_rows(w.pb, ldpa, pv, ldq, nk, ni);
                             if (seen)
-                                fa_cpu_amx_keys_seen(X, nk, (int)dv, ni, w.pb, ldpa, q.dop, ldv,
-                                                     w.dv, ldv, j0, w.lo, w.hi);
+                                fa_cpu_amx_acc_seen(X, 1, nk, (int)dv, ni, w.pb, ldpa, q.dop, ldv,
+                                                    w.dv, ldv, j0, w.lo, w.hi);
                             else
                                 X->gemm(nk, (int)dv, k32q, w.pb, ldpa, q.dop, ldv, w.dv, ldv, 1);
                         } else if (sel && dobad)
@@ -610,8 +610,8 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                         if (amx) {
                             X->to_rows(w.pb, ldpa, w.dp, ldq, nk, ni);
                             if (seen)
-                                fa_cpu_amx_keys_seen(X, nk, (int)dqk, ni, w.pb, ldpa, q.qp, ldk,
-                                                     w.dk, ldk, j0, w.lo, w.hi);
+                                fa_cpu_amx_acc_seen(X, 1, nk, (int)dqk, ni, w.pb, ldpa, q.qp, ldk,
+                                                    w.dk, ldk, j0, w.lo, w.hi);
                             else
                                 X->gemm(nk, (int)dqk, k32q, w.pb, ldpa, q.qp, ldk, w.dk, ldk, 1);
                         } else if (sel && qbad)
@@ -634,8 +634,8 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                                 for (int r = 0; r < ni; r++)
                                     memcpy(w.dqt + r * lddq, dqb + r * lddq, sizeof(float) * (size_t)dqk);
                             if (seen)
-                                fa_cpu_amx_rows_seen(X, ni, (int)dqk, nk, w.dsb, ldsa, w.kp, ldk,
-                                                     dqo, lddq, j0, w.lo, w.hi);
+                                fa_cpu_amx_acc_seen(X, 0, ni, (int)dqk, nk, w.dsb, ldsa, w.kp, ldk,
+                                                    dqo, lddq, j0, w.lo, w.hi);
                             else
                                 X->gemm(ni, (int)dqk, kp32, w.dsb, ldsa, w.kp, ldk, dqo, lddq, 1);
                             if (rq != ni) {

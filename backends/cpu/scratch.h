@@ -370,37 +370,24 @@ static inline void fa_cpu_amx_ot_seen(const fa_cpu_amx_kernels *X, int m, int nq
     }
 }
 
-/* C[j][:] += sum_r A[j][r] B[r][:] (A bf16 rows keys x rows, 0 at unseen pairs; B pairs
-   over rows): per 32 keys over the 32-row steps that see them (dV, dK). */
-static inline void fa_cpu_amx_keys_seen(const fa_cpu_amx_kernels *X, int nk, int n, int nq,
-                                        const uint16_t *a, int64_t lda, const uint32_t *b,
-                                        int64_t ldb, float *c, int64_t ldc, int64_t j0,
-                                        const int64_t *lo, const int64_t *hi)
+/* C[i][:] += sum_k A[i][k] B[k][:] (A bf16 rows, 0 at unseen pairs; B pairs over k), per
+   32 i over the 32-wide k steps that see them: i keys and k rows (dV, dK; keys = 1, m = nk
+   and nk2 = the tile's rows) or i rows and k keys (dQ; keys = 0, m = the rows, nk2 = nk). */
+static inline void fa_cpu_amx_acc_seen(const fa_cpu_amx_kernels *X, int keys, int m, int n,
+                                       int nk2, const uint16_t *a, int64_t lda,
+                                       const uint32_t *b, int64_t ldb, float *c, int64_t ldc,
+                                       int64_t j0, const int64_t *lo, const int64_t *hi)
 {
-    for (int j = 0; j < nk; j += 32) {
-        int je = nk - j < 32 ? nk : j + 32, ra, rb;
-        fa_cpu_row_span(lo, hi, nq, j0, j, je, &ra, &rb);
-        if (ra >= rb) continue;
-        ra = ra / 32 * 32;
-        X->gemm(je - j, n, (rb - ra + 31) / 32, a + j * lda + ra, lda, b + (ra / 2) * ldb, ldb,
-                c + j * ldc, ldc, 1);
-    }
-}
-
-/* C[r][:] += sum_j A[r][j] B[j][:] (A bf16 rows: rows x keys, 0 at unseen pairs; B pairs
-   over keys): per 32 rows over the 32-key steps they see (dQ). */
-static inline void fa_cpu_amx_rows_seen(const fa_cpu_amx_kernels *X, int nq, int n, int nk,
-                                        const uint16_t *a, int64_t lda, const uint32_t *b,
-                                        int64_t ldb, float *c, int64_t ldc, int64_t j0,
-                                        const int64_t *lo, const int64_t *hi)
-{
-    for (int r = 0; r < nq; r += 32) {
-        int re = nq - r < 32 ? nq : r + 32, ja, jb;
-        fa_cpu_key_span(lo, hi, r, re, j0, nk, &ja, &jb);
-        if (ja >= jb) continue;
-        ja = ja / 32 * 32;
-        X->gemm(re - r, n, (jb - ja + 31) / 32, a + r * lda + ja, lda, b + (ja / 2) * ldb, ldb,
-                c + r * ldc, ldc, 1);
+    for (int i = 0; i < m; i += 32) {
+        int ie = m - i < 32 ? m : i + 32, ka, kb;
+        if (keys)
+            fa_cpu_row_span(lo, hi, nk2, j0, i, ie, &ka, &kb);
+        else
+            fa_cpu_key_span(lo, hi, i, ie, j0, nk2, &ka, &kb);
+        if (ka >= kb) continue;
+        ka = ka / 32 * 32;
+        X->gemm(ie - i, n, (kb - ka + 31) / 32, a + i * lda + ka, lda, b + (ka / 2) * ldb, ldb,
+                c + i * ldc, ldc, 1);
     }
 }
 
