@@ -177,10 +177,11 @@ static inline void fa_cpu_mask_pass(float *s, int nk, int nq, int64_t ld, int64_
    256 x 256 tiles about half of each diagonal tile, so at S = 1024 a fifth and at S = 4096
    about 6% of all the products of a causal call. These wrappers split the tile into
    panels and give each product only the span that one of the panel's rows sees. Every
-   value a row sees is computed by the same kernel on the same operands in the same order
-   as by the whole-tile call (so bitwise the same); the skipped pairs are masked ones,
-   whose P and dS are exactly 0. They are for tiles whose data are finite (the select path
-   of the backward keeps the whole-tile loops). */
+   score a row sees is computed by the same kernel on the same operands in the same order
+   as by the whole-tile call (bitwise the same); the terms the accumulating products skip
+   are masked pairs, whose P and dS are exactly 0 (the sums are the same up to the sign of
+   a zero). Those need finite operands (0 * Inf is NaN): the forward's tile with Inf/NaN
+   in V and the backward's select path keep their own visible-only loops. */
 
 /* Panel width for the wrappers below: the kernel set's tile, at least 16 (the generic
    set's 1 x 1 tile would make a call per row). */
