@@ -378,7 +378,7 @@ START_TEST(test_seen_products)
             for (long x = 0; x < (long)kd * ld; x++) B[x] = rnd();
             for (long x = 0; x < (long)nk * ld; x++) c0[x] = c1[x] = NAN;
             K->gemm_rowA(nk, nq, kd, A, lda, B, ld, c0, ld, 0);
-            fa_cpu_rowA_seen(K, nk, nq, kd, A, lda, B, ld, c1, ld, j0, lo, hi);
+            fa_cpu_rowA_seen(K, 0, nk, nq, kd, A, lda, B, ld, c1, ld, j0, lo, hi);
             for (int j = 0; j < nk; j++)
                 for (int r = 0; r < nq; r++) {
                     float x0 = c0[j * ld + r], x1 = c1[j * ld + r];
@@ -415,7 +415,7 @@ START_TEST(test_seen_products)
                     K->gemm_colA_scaled(nq, n, nk, T, ld, V, ldn, o0, ldn, alpha);
                 else
                     K->gemm_colA(nq, n, nk, T, ld, V, ldn, o0, ldn, 1);
-                fa_cpu_colA_rows_seen(K, nq, n, nk, T, ld, V, ldn, o1, ldn, j0, lo, hi,
+                fa_cpu_colA_rows_seen(K, 0, nq, n, nk, T, ld, V, ldn, o1, ldn, j0, lo, hi,
                                       sc ? alpha : NULL);
                 for (long x = 0; x < (long)nq * ldn; x++)
                     ck_assert_msg(o0[x] == o1[x], "%s colA_rows_seen%s pat %d (%d x %d, keys %d) [%ld]: %.9g, whole tile %.9g",
@@ -439,6 +439,29 @@ static uint16_t bf16_of(float x)
     return (uint16_t)(u >> 16);
 }
 static int rup(int n, int m) { return (n + m - 1) / m * m; }
+
+/* fa_cpu_amx_acc_seen(E, keys, m, ...) against the whole-tile gemm: C [m16][n16] (random)
+   += A [m][lda] (bf16 rows, 0 at unseen pairs, k < nk2) x B (random pairs over k). */
+static void check_amx_acc(const fa_cpu_amx_kernels *E, int keys, int m, int n, int nk2,
+                          const uint16_t *A, int lda, int64_t j0, const int64_t *lo,
+                          const int64_t *hi, int pat)
+{
+    int n16 = rup(n, 16), m16 = rup(m, 16), k32 = rup(nk2, 32);
+    uint32_t *B = calloc((size_t)k32 / 2 * n16, 4);
+    for (int k = 0; k < nk2; k++)
+        for (int x = 0; x < n; x++)
+            B[(k / 2) * n16 + x] |= (uint32_t)bf16_of(rnd()) << (16 * (k & 1));
+    float *c0 = malloc(sizeof(float) * m16 * n16), *c1 = malloc(sizeof(float) * m16 * n16);
+    for (int x = 0; x < m16 * n16; x++) c0[x] = c1[x] = rnd();
+    E->gemm(m, n, k32 / 32, A, lda, B, n16, c0, n16, 1);
+    fa_cpu_amx_acc_seen(E, keys, m, n, nk2, A, lda, B, n16, c1, n16, j0, lo, hi);
+    for (int i = 0; i < m; i++)
+        for (int x = 0; x < n; x++)
+            ck_assert_msg(c0[i * n16 + x] == c1[i * n16 + x],
+                          "amx_acc_seen (%s) pat %d [%d][%d]: %.9g, whole tile %.9g",
+                          keys ? "keys" : "rows", pat, i, x, c1[i * n16 + x], c0[i * n16 + x]);
+    free(B); free(c0); free(c1);
+}
 
 START_TEST(test_amx_seen_products)
 {
@@ -498,37 +521,13 @@ START_TEST(test_amx_seen_products)
                 ck_assert_msg(o0[x * nq16 + r] == o1[x * nq16 + r],
                               "amx_ot_seen pat %d [%d][%d]: %.9g, whole tile %.9g", pat, x, r,
                               o1[x * nq16 + r], o0[x * nq16 + r]);
-        /* dV [nk16][n16] += P^T rows x (pairs over rows [nq32/2][n16]) */
-        uint32_t *Dr = calloc((size_t)nq32 / 2 * n16, 4);
-        for (int r = 0; r < nq; r++)
-            for (int x = 0; x < n; x++)
-                Dr[(r / 2) * n16 + x] |= (uint32_t)bf16_of(rnd()) << (16 * (r & 1));
-        float *d0 = malloc(sizeof(float) * nk16 * n16), *d1 = malloc(sizeof(float) * nk16 * n16);
-        for (int x = 0; x < nk16 * n16; x++) d0[x] = d1[x] = rnd();
-        E->gemm(nk, n, nq32 / 32, Pr, nq32, Dr, n16, d0, n16, 1);
-        fa_cpu_amx_acc_seen(E, 1, nk, n, nq, Pr, nq32, Dr, n16, d1, n16, j0, lo, hi);
-        for (int j = 0; j < nk; j++)
-            for (int x = 0; x < n; x++)
-                ck_assert_msg(d0[j * n16 + x] == d1[j * n16 + x],
-                              "amx_acc_seen (keys) pat %d [%d][%d]: %.9g, whole tile %.9g", pat, j, x,
-                              d1[j * n16 + x], d0[j * n16 + x]);
-        /* dQ [nq16][n16] += dS rows x (pairs over keys [nk32/2][n16]) */
-        uint32_t *Kp = calloc((size_t)nk32 / 2 * n16, 4);
-        for (int j = 0; j < nk; j++)
-            for (int x = 0; x < n; x++)
-                Kp[(j / 2) * n16 + x] |= (uint32_t)bf16_of(rnd()) << (16 * (j & 1));
-        float *q0 = malloc(sizeof(float) * nq16 * n16), *q1 = malloc(sizeof(float) * nq16 * n16);
-        for (int x = 0; x < nq16 * n16; x++) q0[x] = q1[x] = rnd();
-        E->gemm(nq, n, nk32 / 32, Pt, nk32, Kp, n16, q0, n16, 1);
-        fa_cpu_amx_acc_seen(E, 0, nq, n, nk, Pt, nk32, Kp, n16, q1, n16, j0, lo, hi);
-        for (int r = 0; r < nq; r++)
-            for (int x = 0; x < n; x++)
-                ck_assert_msg(q0[r * n16 + x] == q1[r * n16 + x],
-                              "amx_acc_seen (rows) pat %d [%d][%d]: %.9g, whole tile %.9g", pat, r, x,
-                              q1[r * n16 + x], q0[r * n16 + x]);
+        /* dV [nk16][n16] += P^T rows x dO pairs over rows; dQ [nq16][n16] += dS rows x
+           K pairs over keys */
+        check_amx_acc(E, 1, nk, n, nq, Pr, nq32, j0, lo, hi, pat);
+        check_amx_acc(E, 0, nq, n, nk, Pt, nk32, j0, lo, hi, pat);
 #undef SEEN
         free(lo); free(hi); free(A); free(B); free(c0); free(c1); free(Pp); free(Pr); free(Pt);
-        free(Vt); free(o0); free(o1); free(Dr); free(d0); free(d1); free(Kp); free(q0); free(q1);
+        free(Vt); free(o0); free(o1);
     }
 }
 END_TEST
@@ -561,15 +560,15 @@ START_TEST(test_bf16_seen_products)
             for (long x = 0; x < (long)kp * ld * 2; x++) B[x] = bf16_of(rnd());
             for (long x = 0; x < (long)nk * ld; x++) c0[x] = c1[x] = NAN;
             K->gemm_bf16_rowA(nk, nq, kp, A, lda, B, ld, c0, ld, 0);
-            fa_cpu_bf16_rowA_seen(K, nk, nq, kp, A, lda, B, ld, c1, ld, j0, lo, hi);
+            fa_cpu_rowA_seen(K, 1, nk, nq, kp, A, lda, B, ld, c1, ld, j0, lo, hi);
             for (int j = 0; j < nk; j++)
                 for (int r = 0; r < nq; r++)
                     if (SEEN(j, r))
                         ck_assert_msg(memcmp(c0 + j * ld + r, c1 + j * ld + r, 4) == 0,
-                                      "%s bf16_rowA_seen pat %d [%d][%d]: %.9g, whole tile %.9g",
+                                      "%s rowA_seen (bf16) pat %d [%d][%d]: %.9g, whole tile %.9g",
                                       sets[si].name, pat, j, r, c1[j * ld + r], c0[j * ld + r]);
                     else
-                        ck_assert_msg(!isnan(c1[j * ld + r]), "bf16_rowA_seen [%d][%d] unwritten", j, r);
+                        ck_assert_msg(!isnan(c1[j * ld + r]), "rowA_seen (bf16) [%d][%d] unwritten", j, r);
             /* O += P V: P^T pairs over keys [nkp][ld] (0 unseen and past nk), V pairs [nkp][ldn] */
             uint16_t *P = calloc((size_t)nkp * ld * 2, 2), *V = calloc((size_t)nkp * ldn * 2, 2);
             for (int j = 0; j < nk; j++) {
@@ -580,11 +579,11 @@ START_TEST(test_bf16_seen_products)
             float *o0 = malloc(sizeof(float) * nq * ldn), *o1 = malloc(sizeof(float) * nq * ldn);
             for (long x = 0; x < (long)nq * ldn; x++) o0[x] = o1[x] = rnd();
             K->gemm_bf16_colA(nq, n, nkp, P, ld, V, ldn, o0, ldn, 1);
-            fa_cpu_bf16_colA_rows_seen(K, nq, n, nk, P, ld, V, ldn, o1, ldn, j0, lo, hi);
+            fa_cpu_colA_rows_seen(K, 1, nq, n, nk, P, ld, V, ldn, o1, ldn, j0, lo, hi, NULL);
             for (int r = 0; r < nq; r++)
                 for (int x = 0; x < n; x++)
                     ck_assert_msg(o0[r * ldn + x] == o1[r * ldn + x],
-                                  "%s bf16_colA_rows_seen pat %d [%d][%d]: %.9g, whole tile %.9g",
+                                  "%s colA_rows_seen (bf16) pat %d [%d][%d]: %.9g, whole tile %.9g",
                                   sets[si].name, pat, r, x, o1[r * ldn + x], o0[r * ldn + x]);
 #undef SEEN
             free(lo); free(hi); free(A); free(B); free(c0); free(c1); free(P); free(V);

@@ -174,32 +174,13 @@ static void pack_q_row(const fa_problem *p, const fa_cpu_kernels *K, const fa_se
     dd[r] = lv == -INFINITY ? 0.0f : D[li];
 }
 
-/* dst[c*ldd + r] = src[r*lds + c], r < rows, c < cols: the kernel set's register
-   transpose where it has one, else 16 x 16 blocks in C (a row at a time would store each
-   element to another cache line). */
-static void transpose_f32(const fa_cpu_kernels *K, float *dst, int64_t ldd, const float *src,
-                          int64_t lds, int rows, int64_t cols)
-{
-    if (K->tr32) {
-        K->tr32((uint32_t *)dst, ldd, (const uint32_t *)src, lds, rows, (int)cols);
-        return;
-    }
-    for (int r0 = 0; r0 < rows; r0 += 16)
-        for (int64_t c0 = 0; c0 < cols; c0 += 16) {
-            int r1 = rows - r0 < 16 ? rows : r0 + 16;
-            int64_t c1 = cols - c0 < 16 ? cols : c0 + 16;
-            for (int64_t c = c0; c < c1; c++)
-                for (int r = r0; r < r1; r++) dst[c * ldd + r] = src[r * lds + c];
-        }
-}
-
 /* The fp32 kernels' transposed operands of a Q-side block, Q^T and dO^T, into qt and dot
    (the block's own, or another block's when the Q side must not be written). */
 static void pack_q_transposed(const fa_cpu_kernels *K, const qgeom *g, const qside *q, int ni,
                               float *qt, float *dot)
 {
-    transpose_f32(K, qt, g->ldq, q->qc, g->ldk, ni, g->dqk);
-    transpose_f32(K, dot, g->ldq, q->doc, g->ldv, ni, g->dv);
+    fa_cpu_transpose_f32(K, qt, g->ldq, q->qc, g->ldk, ni, g->dqk);
+    fa_cpu_transpose_f32(K, dot, g->ldq, q->doc, g->ldv, ni, g->dv);
 }
 
 /* A whole Q-side block: rows i0 .. i0 + ni of head h, then Q^T and dO^T for the fp32
@@ -557,7 +538,7 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                         else if (amx)
                             X->gemm(nk, ni, (int)g.kq32, w.kb, ldka, q.qtp, ldq, w.s, ldq, 0);
                         else if (seen)
-                            fa_cpu_rowA_seen(K, nk, ni, (int)dqk, w.kc, ldk, qt, ldq, w.s, ldq,
+                            fa_cpu_rowA_seen(K, 0, nk, ni, (int)dqk, w.kc, ldk, qt, ldq, w.s, ldq,
                                              j0, w.lo, w.hi);
                         else
                             K->gemm_rowA(nk, ni, (int)dqk, w.kc, ldk, qt, ldq, w.s, ldq, 0);
@@ -573,7 +554,7 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                         else if (amx)
                             X->gemm(nk, ni, (int)g.kv32, w.vb, ldva, q.dotp, ldq, w.dp, ldq, 0);
                         else if (seen)
-                            fa_cpu_rowA_seen(K, nk, ni, (int)dv, w.vc, ldv, dot, ldq, w.dp, ldq,
+                            fa_cpu_rowA_seen(K, 0, nk, ni, (int)dv, w.vc, ldv, dot, ldq, w.dp, ldq,
                                              j0, w.lo, w.hi);
                         else
                             K->gemm_rowA(nk, ni, (int)dv, w.vc, ldv, dot, ldq, w.dp, ldq, 0);
@@ -651,7 +632,7 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                                         dqb[r * lddq + x] += gr * w.kc[j * ldk + x];
                                 }
                         } else if (seen) {
-                            fa_cpu_colA_rows_seen(K, ni, (int)dqk, nk, w.dp, ldq, w.kc, ldk, dqb,
+                            fa_cpu_colA_rows_seen(K, 0, ni, (int)dqk, nk, w.dp, ldq, w.kc, ldk, dqb,
                                                   lddq, j0, w.lo, w.hi, NULL);
                         } else {
                             K->gemm_colA(ni, (int)dqk, nk, w.dp, ldq, w.kc, ldk, dqb, lddq, 1);

@@ -183,8 +183,8 @@ static void fwd_task(const fa_context *ctx, const fa_problem *p, const fwd_block
             }
         }
     }
-    /* Q^T [dqk][ldq]: 16 rows at a time converted into tmp [16][ldk], then transposed by
-       the kernel set's tr32 (16 x 16 register transposes; C where the set has none) */
+    /* Q^T [dqk][ldq]: 16 rows at a time converted into tmp [16][ldk], then transposed
+       (fa_cpu_transpose_f32: the kernel set's 16 x 16 register transposes) */
     size_t qsz = fa_dtype_size(p->q.dtype), ksz = fa_dtype_size(p->k.dtype), vsz = fa_dtype_size(p->v.dtype);
     for (int r0 = 0; r0 < nr && !bfp && !X; r0 += 16) {
         int rn = nr - r0 < 16 ? nr - r0 : 16;
@@ -192,11 +192,7 @@ static void fwd_task(const fa_context *ctx, const fa_problem *p, const fwd_block
             K->cvt_in(w->tmp + r * ldk, (const char *)p->q.data +
                       fa_qrow(&p->q, &sq, w->ir[r0 + r], w->hr[r0 + r]) * (int64_t)qsz, dqk,
                       p->q.dtype);
-        if (K->tr32)
-            K->tr32((uint32_t *)(w->qt + r0), ldq, (const uint32_t *)w->tmp, ldk, rn, (int)dqk);
-        else
-            for (int r = 0; r < rn; r++)
-                for (int64_t c = 0; c < dqk; c++) w->qt[c * ldq + r0 + r] = w->tmp[r * ldk + c];
+        fa_cpu_transpose_f32(K, w->qt + r0, ldq, w->tmp, ldk, rn, dqk);
     }
     float sc = slow ? 1.0f : p->scale;
     for (int64_t kb = kb0; kb < kb1; kb++) {
@@ -289,12 +285,13 @@ static void fwd_task(const fa_context *ctx, const fa_problem *p, const fwd_block
             K->gemm_bf16_rowA(nk, nr, (int)dqp, (const uint16_t *)kc, ldk,
                               (const uint16_t *)w->qt, ldq, w->s, ldq, 0);
         else if (bfp)
-            fa_cpu_bf16_rowA_seen(K, nk, nr, (int)dqp, (const uint16_t *)kc, ldk,
-                                  (const uint16_t *)w->qt, ldq, w->s, ldq, j0, w->lo, w->hi);
+            fa_cpu_rowA_seen(K, 1, nk, nr, (int)dqp, kc, ldk, w->qt, ldq, w->s, ldq, j0, w->lo,
+                             w->hi);
         else if (full)
             K->gemm_rowA(nk, nr, (int)dqk, kc, ldk, w->qt, ldq, w->s, ldq, 0);
         else
-            fa_cpu_rowA_seen(K, nk, nr, (int)dqk, kc, ldk, w->qt, ldq, w->s, ldq, j0, w->lo, w->hi);
+            fa_cpu_rowA_seen(K, 0, nk, nr, (int)dqk, kc, ldk, w->qt, ldq, w->s, ldq, j0, w->lo,
+                             w->hi);
         if (slow)
             fa_cpu_score_pass(p, &sq, f->b, w->s, nk, nr, ldq, j0, w->hr, w->ir, NULL);
         if (!full) fa_cpu_mask_pass(w->s, nk, nr, ldq, j0, w->lo, w->hi);
@@ -338,17 +335,17 @@ static void fwd_task(const fa_context *ctx, const fa_problem *p, const fwd_block
                 K->gemm_bf16_colA(nr, (int)dv, (nk + 1) / 2, (const uint16_t *)w->pp, ldq,
                                   (const uint16_t *)vc, ldv, o, ldv, 1);
             else
-                fa_cpu_bf16_colA_rows_seen(K, nr, (int)dv, nk, (const uint16_t *)w->pp, ldq,
-                                           (const uint16_t *)vc, ldv, o, ldv, j0, w->lo, w->hi);
+                fa_cpu_colA_rows_seen(K, 1, nr, (int)dv, nk, w->pp, ldq, vc, ldv, o, ldv, j0,
+                                      w->lo, w->hi, NULL);
         } else if (fused && full) {
             K->gemm_colA_scaled(nr, (int)dv, nk, w->s, ldq, vc, ldv, o, ldv, w->alpha);
         } else if (fused) {
-            fa_cpu_colA_rows_seen(K, nr, (int)dv, nk, w->s, ldq, vc, ldv, o, ldv, j0, w->lo,
+            fa_cpu_colA_rows_seen(K, 0, nr, (int)dv, nk, w->s, ldq, vc, ldv, o, ldv, j0, w->lo,
                                   w->hi, w->alpha);
         } else if (full) {
             K->gemm_colA(nr, (int)dv, nk, w->s, ldq, vc, ldv, o, ldv, 1);
         } else if (!vbad) {
-            fa_cpu_colA_rows_seen(K, nr, (int)dv, nk, w->s, ldq, vc, ldv, o, ldv, j0, w->lo,
+            fa_cpu_colA_rows_seen(K, 0, nr, (int)dv, nk, w->s, ldq, vc, ldv, o, ldv, j0, w->lo,
                                   w->hi, NULL);
         } else {
             /* rare: non-finite V in a partly masked tile; each row sums only its keys,

@@ -104,6 +104,25 @@ static inline int fa_cpu_nonfinite(const float *x, int rows, int64_t n, int64_t 
     return (int)(bad >> 31);
 }
 
+/* dst[c*ldd + r] = src[r*lds + c], r < rows, c < cols: the kernel set's register
+   transpose where it has one, else 16 x 16 blocks in C (a row at a time would store each
+   element to another cache line). The Q^T blocks of the forward and the backward. */
+static inline void fa_cpu_transpose_f32(const fa_cpu_kernels *K, float *dst, int64_t ldd,
+                                        const float *src, int64_t lds, int rows, int64_t cols)
+{
+    if (K->tr32) {
+        K->tr32((uint32_t *)dst, ldd, (const uint32_t *)src, lds, rows, (int)cols);
+        return;
+    }
+    for (int r0 = 0; r0 < rows; r0 += 16)
+        for (int64_t c0 = 0; c0 < cols; c0 += 16) {
+            int r1 = rows - r0 < 16 ? rows : r0 + 16;
+            int64_t c1 = cols - c0 < 16 ? cols : c0 + 16;
+            for (int64_t c = c0; c < c1; c++)
+                for (int r = r0; r < r1; r++) dst[c * ldd + r] = src[r * lds + c];
+        }
+}
+
 /* Does the call need the per-element score pipeline (the "slow" pre-pass)? */
 static inline int fa_cpu_slow_scores(const fa_problem *p)
 {
@@ -218,12 +237,13 @@ static inline void fa_cpu_row_span(const int64_t *lo, const int64_t *hi, int nq,
     *rb = a < e ? e : 0;
 }
 
-/* S^T-shaped product C[j][r] = A[j][:] . B[:][r] (gemm_rowA, overwrite; keys j < nk, rows
-   r < nq, inner dimension kd), computed per panel of NR rows (the set's, 16 at least) over
-   the keys one of them sees; the panel's other keys get 0 (the mask pass or exp then
-   makes them -inf or 0). */
-static inline void fa_cpu_rowA_seen(const fa_cpu_kernels *K, int nk, int nq, int kd,
-                                    const float *a, int64_t lda, const float *b, int64_t ldb,
+/* S^T-shaped product C[j][r] = A[j][:] . B[:][r] (overwrite; keys j < nk, rows r < nq),
+   computed per panel of NR rows (the set's, 16 at least) over the keys one of them sees;
+   the panel's other keys get 0 (the mask pass or exp then makes them -inf or 0).
+   bf16 = 0: gemm_rowA on fp32 A, B, kd the inner dimension; bf16 = 1: gemm_bf16_rowA on
+   bf16 K rows and Q^T pairs (kernels.h), kd the number of k pairs. */
+static inline void fa_cpu_rowA_seen(const fa_cpu_kernels *K, int bf16, int nk, int nq, int kd,
+                                    const void *a, int64_t lda, const void *b, int64_t ldb,
                                     float *c, int64_t ldc, int64_t j0, const int64_t *lo,
                                     const int64_t *hi)
 {
@@ -233,9 +253,12 @@ static inline void fa_cpu_rowA_seen(const fa_cpu_kernels *K, int nk, int nq, int
         size_t w = sizeof(float) * (size_t)(r1 - r0);
         fa_cpu_key_span(lo, hi, r0, r1, j0, nk, &ja, &jb);
         for (int j = 0; j < ja; j++) memset(c + j * ldc + r0, 0, w);
-        if (ja < jb)
-            K->gemm_rowA(jb - ja, r1 - r0, kd, a + ja * lda, lda, b + r0, ldb,
-                         c + ja * ldc + r0, ldc, 0);
+        if (ja < jb && bf16)
+            K->gemm_bf16_rowA(jb - ja, r1 - r0, kd, (const uint16_t *)a + ja * lda, lda,
+                              (const uint16_t *)b + 2 * r0, ldb, c + ja * ldc + r0, ldc, 0);
+        else if (ja < jb)
+            K->gemm_rowA(jb - ja, r1 - r0, kd, (const float *)a + ja * lda, lda,
+                         (const float *)b + r0, ldb, c + ja * ldc + r0, ldc, 0);
         for (int j = jb; j < nk; j++) memset(c + j * ldc + r0, 0, w);
     }
 }
@@ -259,11 +282,13 @@ static inline void fa_cpu_rowA_keys_seen(const fa_cpu_kernels *K, int nk, int n,
 }
 
 /* C[r][:] (= alpha[r] C[r][:]) += sum_j A[j][r] B[j][:] over an S^T-shaped A (keys j < nk,
-   rows r < nq) that is 0 at the pairs no row sees (gemm_colA, accumulate, or
-   gemm_colA_scaled when alpha is given): per block of 4 MR rows (16 at least), the inner
-   dimension is the keys one of them sees. */
-static inline void fa_cpu_colA_rows_seen(const fa_cpu_kernels *K, int nq, int n, int nk,
-                                         const float *a, int64_t lda, const float *b,
+   rows r < nq) that is 0 at the pairs no row sees: per block of 4 MR rows (16 at least),
+   the inner dimension is the keys one of them sees.
+   bf16 = 0: gemm_colA (accumulate), or gemm_colA_scaled when alpha is given;
+   bf16 = 1: gemm_bf16_colA on P^T pairs and V pairs (kernels.h), alpha NULL; the span is
+   rounded out to whole key pairs (the pair past an odd nk is 0 in both operands). */
+static inline void fa_cpu_colA_rows_seen(const fa_cpu_kernels *K, int bf16, int nq, int n,
+                                         int nk, const void *a, int64_t lda, const void *b,
                                          int64_t ldb, float *c, int64_t ldc, int64_t j0,
                                          const int64_t *lo, const int64_t *hi,
                                          const float *alpha)
@@ -272,55 +297,22 @@ static inline void fa_cpu_colA_rows_seen(const fa_cpu_kernels *K, int nq, int n,
     for (int r = 0; r < nq; r += step) {
         int re = nq - r < step ? nq : r + step, ja, jb;
         fa_cpu_key_span(lo, hi, r, re, j0, nk, &ja, &jb);
-        if (ja < jb && alpha)
-            K->gemm_colA_scaled(re - r, n, jb - ja, a + ja * lda + r, lda, b + ja * ldb, ldb,
-                                c + r * ldc, ldc, alpha + r);
-        else if (ja < jb)
-            K->gemm_colA(re - r, n, jb - ja, a + ja * lda + r, lda, b + ja * ldb, ldb,
-                         c + r * ldc, ldc, 1);
-        else if (alpha)
+        if (ja < jb && bf16) {
+            ja &= ~1;
+            K->gemm_bf16_colA(re - r, n, (jb - ja + 1) / 2,
+                              (const uint16_t *)a + ja * lda + 2 * r, lda,
+                              (const uint16_t *)b + ja * ldb, ldb, c + r * ldc, ldc, 1);
+        } else if (ja < jb && alpha) {
+            K->gemm_colA_scaled(re - r, n, jb - ja, (const float *)a + ja * lda + r, lda,
+                                (const float *)b + ja * ldb, ldb, c + r * ldc, ldc, alpha + r);
+        } else if (ja < jb) {
+            K->gemm_colA(re - r, n, jb - ja, (const float *)a + ja * lda + r, lda,
+                         (const float *)b + ja * ldb, ldb, c + r * ldc, ldc, 1);
+        } else if (alpha) {
             for (int i = r; i < re; i++)
                 if (alpha[i] != 1.0f)
                     for (int x = 0; x < n; x++) c[i * ldc + x] *= alpha[i];
-    }
-}
-
-/* The same for the bf16 dot-product kernels (kernels.h: k in pairs, two bf16 of one column
-   in a 32-bit word): S^T per panel of NR rows over the keys they see (0 elsewhere);
-   O += P V per 4 MR rows over the key pairs they see (the span rounded out to whole pairs;
-   the pair past an odd nk is 0 in both operands). */
-static inline void fa_cpu_bf16_rowA_seen(const fa_cpu_kernels *K, int nk, int nq, int kp,
-                                         const uint16_t *a, int64_t lda, const uint16_t *b,
-                                         int64_t ldb, float *c, int64_t ldc, int64_t j0,
-                                         const int64_t *lo, const int64_t *hi)
-{
-    const int step = fa_cpu_seen_step(K->nr);
-    for (int r0 = 0; r0 < nq; r0 += step) {
-        int r1 = nq - r0 < step ? nq : r0 + step, ja, jb;
-        size_t w = sizeof(float) * (size_t)(r1 - r0);
-        fa_cpu_key_span(lo, hi, r0, r1, j0, nk, &ja, &jb);
-        for (int j = 0; j < ja; j++) memset(c + j * ldc + r0, 0, w);
-        if (ja < jb)
-            K->gemm_bf16_rowA(jb - ja, r1 - r0, kp, a + ja * lda, lda, b + 2 * r0, ldb,
-                              c + ja * ldc + r0, ldc, 0);
-        for (int j = jb; j < nk; j++) memset(c + j * ldc + r0, 0, w);
-    }
-}
-
-static inline void fa_cpu_bf16_colA_rows_seen(const fa_cpu_kernels *K, int nq, int n, int nk,
-                                              const uint16_t *a, int64_t lda,
-                                              const uint16_t *b, int64_t ldb, float *c,
-                                              int64_t ldc, int64_t j0, const int64_t *lo,
-                                              const int64_t *hi)
-{
-    const int step = fa_cpu_seen_step(4 * K->mr);
-    for (int r = 0; r < nq; r += step) {
-        int re = nq - r < step ? nq : r + step, ja, jb;
-        fa_cpu_key_span(lo, hi, r, re, j0, nk, &ja, &jb);
-        if (ja >= jb) continue;
-        ja &= ~1;
-        K->gemm_bf16_colA(re - r, n, (jb - ja + 1) / 2, a + ja * lda + 2 * r, lda, b + ja * ldb,
-                          ldb, c + r * ldc, ldc, 1);
+        }
     }
 }
 
