@@ -314,6 +314,7 @@ static void fwd_terms_row(const or_seq *s, int64_t h, int64_t i, const double *p
         }
         double wt = w.g * a + e;
         if (!isfinite(wt)) continue;
+        if (x->t2) x->t2[h * s->sq + i] += wt;   /* lse moves by P_ij per unit of s_ij */
         for (int64_t c = 0; c < s->dv; c++) {
             double t = wt * fabs(w.mult * w.vj[c] - w.oi[c]);
             if (isfinite(t)) ti[c] += t;
@@ -326,11 +327,13 @@ static void fwd_terms_row(const or_seq *s, int64_t h, int64_t i, const double *p
    score is an fp32 dot product whose roundoff scales with sum_x |q_ix k_jx|, then the
    steps after it round at the score's own size, r_ij = 2 |s_ij| + |ln P_ij| + ln(1 + Sk)
    + 1 (fwd_terms_row), and out_ic moves by P_ij (m_ij v_jc - out_ic) per unit of s_ij
-   (m_ij: the dropout multiplier). */
+   (m_ij: the dropout multiplier). tlse (may be NULL): the same per-key weights summed
+   over the row, tlse[h][i] += sum_j (P_ij |dcap_ij scale| (sum_x |q_ix k_jx|) + P_ij
+   r_ij), lse's sensitivity to that roundoff (lse moves by P_ij per unit of s_ij). */
 void or_forward_terms(const or_seq *s, const double *q, const double *k, const double *v,
-                      const double *out, double *tout)
+                      const double *out, double *tout, double *tlse)
 {
-    or_terms_arg x = { q, k, v, out, NULL, tout, NULL, 1.0, 0.0 };
+    or_terms_arg x = { q, k, v, out, NULL, tout, tlse, 1.0, 0.0 };
     or_each_row(s, q, k, fwd_terms_row, &x);
 }
 

@@ -58,9 +58,10 @@ void or_backward_terms(const or_seq *s, const double *q, const double *k, const 
                        double *tk);
 
 /* Magnitude of out's sensitivity to the fp32 roundoff of its scores (see oracle.c): tout
-   like out, ACCUMULATED (the caller zeroes it). out: the oracle's [sq][hq][dv]. */
+   like out, ACCUMULATED (the caller zeroes it). out: the oracle's [sq][hq][dv]. tlse
+   (NULL or [hq][sq], accumulated): the same for lse. */
 void or_forward_terms(const or_seq *s, const double *q, const double *k, const double *v,
-                      const double *out, double *tout);
+                      const double *out, double *tout, double *tlse);
 
 /* Same-precision naive. dt: storage dtype of q/k/v; odt: dtype of out (and dq, dk, dv).
    Inputs are the stored values (already representable in dt). */

@@ -543,6 +543,7 @@ void tu_run(const tu_case *c)
     const int64_t lse_n = c->varlen ? H * rows_q : B * H * c->Sq;
     double *o_out = dcalloc(nq_log * H * dv), *n_out = dcalloc(nq_log * H * dv);
     double *o_lse = dcalloc(lse_n), *n_lse = dcalloc(lse_n);
+    double *o_tout = dcalloc(nq_log * H * dv), *o_tlse = dcalloc(lse_n);   /* #20, #28 */
     double *o_dq = dcalloc(nq_log * H * dqk), *n_dq = dcalloc(nq_log * H * dqk);
     double *o_dk = dcalloc(nk_log * Hkv * dqk), *n_dk = dcalloc(nk_log * Hkv * dqk);
     double *o_dv = dcalloc(nk_log * Hkv * dv), *n_dv = dcalloc(nk_log * Hkv * dv);
@@ -605,12 +606,18 @@ void tu_run(const tu_case *c)
             if (isfinite(bdo[x]) && fabs(bdo[x]) > domax) domax = fabs(bdo[x]);
         if (sk[b] > skmax) skmax = sk[b];
         if (sq[b] > sqmax) sqmax = sq[b];
-        {   /* out's term floor: KNOWN_FAILURES #20 */
-            double *t_o = dcalloc(sq[b] * H * dv);
-            or_forward_terms(&s, bq, bk, bv, o_out + r0 * H * dv, t_o);
+        {   /* out's term floor: KNOWN_FAILURES #20; out's and lse's terms per row for
+               dsinks' (#28) */
+            double *t_o = dcalloc(sq[b] * H * dv), *t_l = dcalloc(H * sq[b]);
+            or_forward_terms(&s, bq, bk, bv, o_out + r0 * H * dv, t_o, t_l);
             double m = max_abs(t_o, sq[b] * H * dv);
             if (m > oterm) oterm = m;
-            free(t_o);
+            put_rows(o_tout, t_o, r0, sq[b], H, dv);
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t i = 0; i < sq[b]; i++)
+                    o_tlse[c->varlen ? h * rows_q + q0[b] + i : (b * H + h) * c->Sq + i] =
+                        t_l[h * sq[b] + i];
+            free(t_o); free(t_l);
         }
         for (int64_t i = 0; i < sq[b]; i++) {
             int vis = 0;
@@ -648,7 +655,10 @@ void tu_run(const tu_case *c)
        D_i's rounding error is at most about eps * L_i (one rounding per term: out stored
        in its dtype, and the sum's own adds); the rows' errors are independent, so they
        add in quadrature. psink_i itself is exp of a difference of fp32 numbers, so it
-       carries a relative error of fp32 eps * (|sink_h| + |lse_i|): that part (ss2) is
+       carries a relative error of fp32 eps * (|sink_h| + |lse_i|), plus lse_i's own
+       roundoff from its scores, eps * tlse_i (an fp32 dot product rounds at the size of
+       its terms, whatever lse's size; KNOWN_FAILURES #28); and D_i is formed from out,
+       whose elements carry eps * tout_ic of the same roundoff (#20): that part (ss2) is
        added in fp32 ulps, converted to the floor dtype's. */
     double ds_rss = 0.0, ds_l1 = 0.0;
     const fa_dtype ds_dt = coarser(c->dt, c->odt);
@@ -660,12 +670,17 @@ void tu_run(const tu_case *c)
                 for (int64_t i = 0; i < sq[b]; i++) {
                     int64_t li = c->varlen ? h * rows_q + q0[b] + i : (b * H + h) * c->Sq + i;
                     if (!isfinite(o_lse[li])) continue;
-                    double ps = exp(sinks_d[h] - o_lse[li]), l1 = 0.0;
-                    for (int64_t x = 0; x < dv; x++)
-                        l1 += fabs(tu_get(dout, tb, q0[b] + i, h, x) * o_out[((r0 + i) * H + h) * dv + x]);
+                    double ps = exp(sinks_d[h] - o_lse[li]), l1 = 0.0, dt_o = 0.0;
+                    for (int64_t x = 0; x < dv; x++) {
+                        const double g = fabs(tu_get(dout, tb, q0[b] + i, h, x));
+                        const int64_t oi = ((r0 + i) * H + h) * dv + x;
+                        l1 += g * fabs(o_out[oi]);
+                        if (isfinite(g * o_tout[oi])) dt_o += g * o_tout[oi];
+                    }
                     ss += ps * l1 * ps * l1;
                     sl1 += ps * l1;
-                    double e = ps * l1 * (fabs(sinks_d[h]) + fabs(o_lse[li]));
+                    const double tls = isfinite(o_tlse[li]) ? o_tlse[li] : 0.0;
+                    double e = ps * (l1 * (fabs(sinks_d[h]) + fabs(o_lse[li]) + tls) + dt_o);
                     ss2 += e * e;
                 }
             }
@@ -889,8 +904,8 @@ void tu_run(const tu_case *c)
     tu_buf_free(q); tu_buf_free(k); tu_buf_free(v); tu_buf_free(dout); tu_buf_free(bias);
     tu_buf_free(out); tu_buf_free(lse); tu_buf_free(dq); tu_buf_free(dk); tu_buf_free(dvb);
     tu_buf_free(dsk);
-    free(o_out); free(n_out); free(o_lse); free(n_lse); free(o_dq); free(n_dq); free(o_dk);
-    free(n_dk); free(o_dv); free(n_dv); free(t_q); free(t_k); free(o_ds); free(n_ds); free(row_masked);
+    free(o_out); free(n_out); free(o_lse); free(n_lse); free(o_tout); free(o_tlse);
+    free(o_dq); free(n_dq); free(o_dk); free(n_dk); free(o_dv); free(n_dv); free(t_q); free(t_k); free(o_ds); free(n_ds); free(row_masked);
     free(key_unseen); free(slopes); free(sinks); free(slopes_d); free(sinks_d);
     free(q0); free(k0); free(sq); free(sk); free(cuq); free(cuk);
 }
