@@ -190,7 +190,7 @@ void or_backward(const or_seq *s, const double *q, const double *k, const double
    helpers below walk this. */
 typedef struct {
     const double *q, *k, *v, *out, *dout;
-    double *t1, *t2;
+    double *t1, *t2, *t3;
     double d_weight;       /* weight of D's terms (bwd_terms_row) */
     double lse;            /* the row's lse, set by or_each_row before each row */
 } or_terms_arg;
@@ -250,6 +250,40 @@ static int or_walk_next(or_key_walk *w)
     return 0;
 }
 
+/* The fp32 roundoff of score s_ij in units of fp32 eps, e_ij: the dot product's, at the
+   size of its terms (|dcap_ij scale| sum_c |q_ic k_jc|), and the steps after it, which
+   round at the score's own size (KNOWN_FAILURES #27): the softcap, ALiBi and bias steps at
+   about |s_ij| (two of them counted), the exponent argument s_ij - m at |s_ij - m| <=
+   |ln P_ij| + ln(1 + Sk) (m the running or merged max, lse - m in [0, ln(1 + Sk)]), and
+   exp itself once; s_ij = ln P_ij + lse_i. Infinite where the inputs are. */
+static double score_err(const or_key_walk *w, double lse)
+{
+    const or_seq *s = w->s;
+    double a = 0.0;
+    for (int64_t c = 0; c < s->dqk; c++) a += fabs(w->qi[c] * w->kj[c]);
+    double e = fabs(w->dc[w->j] * s->scale) * a;
+    const double pj = w->p[w->j];
+    if (pj > 0.0) {
+        const double lp = log(pj);
+        e += 2.0 * fabs(lp + lse) + fabs(lp) + log1p((double)s->sk) + 1.0;
+    }
+    return e;
+}
+
+/* lse_i's roundoff from its scores in fp32 eps: sum_j P_ij e_ij (lse moves by P_ij per
+   unit of s_ij); keys with non-finite terms are left out. */
+static double lse_err(const or_seq *s, int64_t h, int64_t i, const double *p,
+                      const double *dc, const or_terms_arg *x)
+{
+    or_key_walk w = or_walk_row(s, h, i, p, dc, x);
+    double t = 0.0;
+    while (or_walk_next(&w)) {
+        const double e = w.p[w.j] * score_err(&w, x->lse);
+        if (isfinite(e)) t += e;
+    }
+    return t;
+}
+
 static void bwd_terms_row(const or_seq *s, int64_t h, int64_t i, const double *p,
                           const double *dc, void *arg)
 {
@@ -257,12 +291,22 @@ static void bwd_terms_row(const or_seq *s, int64_t h, int64_t i, const double *p
     or_key_walk w = or_walk_row(s, h, i, p, dc, x);
     const double *doi = x->dout + (i * s->hq + h) * s->dv;
     double *tqi = x->t1 + (i * s->hq + h) * s->dqk;
+    const double tl = lse_err(s, h, i, p, dc, x);
     double d1 = 0.0;
     for (int64_t c = 0; c < s->dv; c++) d1 += fabs(doi[c] * w.oi[c]);
     while (or_walk_next(&w)) {
         double a = 0.0;
         for (int64_t c = 0; c < s->dv; c++) a += fabs(doi[c] * w.vj[c]);
-        double t = w.g * (fabs(w.mult) * a + x->d_weight * d1);
+        const double t = w.g * (fabs(w.mult) * a + x->d_weight * d1);
+        /* P_ij itself is off by eps (e_ij + tl) relative (#28): its score's roundoff and
+           lse's, which a backward that recomputes s_ij in another order than the forward
+           did does not cancel. Rows round independently: dv's share adds in squares. */
+        const double ep = score_err(&w, x->lse) + tl;
+        double *tvj = x->t3 + (w.j * s->hkv + w.hk) * s->dv;
+        for (int64_t c = 0; c < s->dv; c++) {
+            const double u = w.p[w.j] * ep * fabs(w.mult * doi[c]);
+            if (isfinite(u)) tvj[c] += u * u;
+        }
         if (!isfinite(t)) continue;
         double *tkj = x->t2 + (w.j * s->hkv + w.hk) * s->dqk;
         for (int64_t c = 0; c < s->dqk; c++) {
@@ -282,12 +326,18 @@ static void bwd_terms_row(const or_seq *s, int64_t h, int64_t i, const double *p
    tk[j][hkv][c] += sum_i P_ij |dcap_ij scale| a_ij |q_ic|; rows whose probabilities are
    not finite (NaN inputs) add nothing. out: [sq][hq][dv], the oracle's. d_weight
    multiplies D's part of a_ij: D is formed from out as stored, so where out is rounded
-   coarser than fp32 (a bf16 out) its terms carry that rounding (KNOWN_FAILURES #22). */
+   coarser than fp32 (a bf16 out) its terms carry that rounding (KNOWN_FAILURES #22).
+   P_ij also carries eps ep_ij relative error of its own, ep_ij = e_ij + sum_j' P_ij' e_ij'
+   (score_err: its score's roundoff and lse's); dv's share of it, in squares (the rows
+   round independently; the caller takes the root): tv[j][hkv][c] += sum_i (P_ij ep_ij
+   |m_ij dout_ic|)^2 (KNOWN_FAILURES #28). In dq and dk that error is ep_ij |m_ij dP'_ij -
+   D_i| per term, which the terms' own floor above, a_ij >= |m_ij dP'_ij - D_i|, covers
+   at one eps only; no case has needed more so far. */
 void or_backward_terms(const or_seq *s, const double *q, const double *k, const double *v,
                        const double *out, const double *dout, double d_weight, double *tq,
-                       double *tk)
+                       double *tk, double *tv)
 {
-    or_terms_arg x = { q, k, v, out, dout, tq, tk, d_weight, 0.0 };
+    or_terms_arg x = { q, k, v, out, dout, tq, tk, tv, d_weight, 0.0 };
     or_each_row(s, q, k, bwd_terms_row, &x);
 }
 
@@ -297,22 +347,8 @@ static void fwd_terms_row(const or_seq *s, int64_t h, int64_t i, const double *p
     const or_terms_arg *x = arg;
     or_key_walk w = or_walk_row(s, h, i, p, dc, x);
     double *ti = x->t1 + (i * s->hq + h) * s->dv;
-    const double lsk = log1p((double)s->sk);
     while (or_walk_next(&w)) {
-        double a = 0.0;
-        for (int64_t c = 0; c < s->dqk; c++) a += fabs(w.qi[c] * w.kj[c]);
-        /* plus the roundings at the score's own size (KNOWN_FAILURES #27): the softcap,
-           ALiBi and bias steps round at about |s_ij| (two of them counted), the exponent
-           argument s_ij - m at |s_ij - m| <= |ln P_ij| + ln(1 + Sk) (m the running or
-           merged max, lse - m in [0, ln(1 + Sk)]), and exp itself once; s_ij = ln P_ij +
-           lse_i */
-        const double pj = w.p[w.j];
-        double e = 0.0;
-        if (pj > 0.0) {
-            const double lp = log(pj);
-            e = pj * (2.0 * fabs(lp + x->lse) + fabs(lp) + lsk + 1.0);
-        }
-        double wt = w.g * a + e;
+        const double wt = w.p[w.j] * score_err(&w, x->lse);
         if (!isfinite(wt)) continue;
         if (x->t2) x->t2[h * s->sq + i] += wt;   /* lse moves by P_ij per unit of s_ij */
         for (int64_t c = 0; c < s->dv; c++) {
@@ -333,7 +369,7 @@ static void fwd_terms_row(const or_seq *s, int64_t h, int64_t i, const double *p
 void or_forward_terms(const or_seq *s, const double *q, const double *k, const double *v,
                       const double *out, double *tout, double *tlse)
 {
-    or_terms_arg x = { q, k, v, out, NULL, tout, tlse, 1.0, 0.0 };
+    or_terms_arg x = { q, k, v, out, NULL, tout, tlse, NULL, 1.0, 0.0 };
     or_each_row(s, q, k, fwd_terms_row, &x);
 }
 
