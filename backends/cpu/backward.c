@@ -402,8 +402,7 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
             for (int64_t i = 0; i < sq.sq; i++) {
                 K->cvt_in(w.row, qptr(&p->dout, &sq, i, h), dv, p->dout.dtype);
                 K->cvt_in(w.row2, qptr(&p->out, &sq, i, h), dv, p->out.dtype);
-                float acc = 0.0f;
-                for (int64_t c = 0; c < dv; c++) acc += w.row[c] * w.row2[c];
+                const float acc = fa_cpu_dot(w.row, w.row2, dv);
                 int64_t li = fa_lse_index(p, &sq, b, h, i);
                 D[li] = acc;
                 if (p->sinks && p->lse_in[li] != -INFINITY)
@@ -656,12 +655,10 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
             int64_t qbase = sq.tb * p->q.shape[1] + sq.q0;
             for (int64_t i = 0; i < sq.sq; i++) {
                 const float *src = dqp + (h * qrows + qbase + i) * lddq;
-                if (C > 1) {
-                    memcpy(w.row, src, sizeof(float) * (size_t)dqk);
-                    for (int c = 1; c < C; c++) {
-                        const float *pc = src + (int64_t)c * qrows * p->hq * lddq;
-                        for (int64_t x = 0; x < dqk; x++) w.row[x] += pc[x];
-                    }
+                if (C > 1) {   /* ((p0 + p1) + p2) + ...: the same order for any C */
+                    for (int c = 1; c < C; c++)
+                        fa_cpu_add_f32(w.row, c == 1 ? src : w.row,
+                                       src + (int64_t)c * qrows * p->hq * lddq, dqk);
                     src = w.row;
                 }
                 K->cvt_out((char *)p->grad_q.data + fa_qrow(&p->grad_q, &sq, i, h) *

@@ -104,6 +104,38 @@ static inline int fa_cpu_nonfinite(const float *x, int rows, int64_t n, int64_t 
     return (int)(bad >> 31);
 }
 
+/* sum_c a[c] b[c] in a fixed order: eight lanes of fixed width (element c goes to lane
+   c % 8 while eight remain), the lanes added pairwise (0+4, 1+5, ... then 0+2, 1+3, then
+   0+1), then the tail in order. gcc -O2 keeps the lanes in vector registers at the
+   library's baseline ISA; a plain running sum is one dependent add per element. The
+   order depends on n only, so the result is the same on every thread. */
+static inline float fa_cpu_dot(const float *restrict a, const float *restrict b, int64_t n)
+{
+    float acc[8] = { 0 };
+    int64_t c = 0;
+    for (; c + 8 <= n; c += 8)
+        for (int e = 0; e < 8; e++) acc[e] += a[c + e] * b[c + e];
+    for (int e = 0; e < 4; e++) acc[e] += acc[e + 4];
+    acc[0] += acc[2]; acc[1] += acc[3];
+    float s = acc[0] + acc[1];
+    for (; c < n; c++) s += a[c] * b[c];
+    return s;
+}
+
+/* dst[x] = a[x] + b[x], x < n (dst may be a; b never overlaps either). Blocks of eight
+   fixed lanes, like fa_cpu_dot: gcc -O2's cost model vectorizes those, not a loop of
+   unknown count. */
+static inline void fa_cpu_add_f32(float *dst, const float *a, const float *restrict b, int64_t n)
+{
+    int64_t x = 0;
+    for (; x + 8 <= n; x += 8) {
+        float t[8];
+        for (int e = 0; e < 8; e++) t[e] = a[x + e] + b[x + e];
+        for (int e = 0; e < 8; e++) dst[x + e] = t[e];
+    }
+    for (; x < n; x++) dst[x] = a[x] + b[x];
+}
+
 /* dst[c*ldd + r] = src[r*lds + c], r < rows, c < cols: the kernel set's register
    transpose where it has one, else 16 x 16 blocks in C (a row at a time would store each
    element to another cache line). The Q^T blocks of the forward and the backward. */
