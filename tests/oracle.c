@@ -255,7 +255,8 @@ static int or_walk_next(or_key_walk *w)
    round at the score's own size (KNOWN_FAILURES #27): the softcap, ALiBi and bias steps at
    about |s_ij| (two of them counted), the exponent argument s_ij - m at |s_ij - m| <=
    |ln P_ij| + ln(1 + Sk) (m the running or merged max, lse - m in [0, ln(1 + Sk)]), and
-   exp itself once; s_ij = ln P_ij + lse_i. Infinite where the inputs are. */
+   exp itself once; s_ij = ln P_ij + lse_i. Not finite (Inf or NaN) where the inputs are
+   not; every caller checks. */
 static double score_err(const or_key_walk *w, double lse)
 {
     const or_seq *s = w->s;

@@ -52,8 +52,8 @@ void or_backward(const or_seq *s, const double *q, const double *k, const double
 
 /* Magnitude of the terms that cancel in dq and dk, and the square of P's own roundoff
    in dv (see oracle.c): tq like dq, tk like dk, tv like dv, ACCUMULATED (the caller
-   zeroes them). out: the oracle's [sq][hq][dv]; d_weight scales the terms of D (1: out
-   stored in fp32). */
+   zeroes them; none may be NULL). out: the oracle's [sq][hq][dv]; d_weight scales the
+   terms of D (1: out stored in fp32). */
 void or_backward_terms(const or_seq *s, const double *q, const double *k, const double *v,
                        const double *out, const double *dout, double d_weight, double *tq,
                        double *tk, double *tv);
