@@ -190,7 +190,7 @@ void or_backward(const or_seq *s, const double *q, const double *k, const double
    helpers below walk this. */
 typedef struct {
     const double *q, *k, *v, *out, *dout;
-    double *t1, *t2, *t3;
+    double *t1, *t2, *t3, *t4, *t5;
     double d_weight;       /* weight of D's terms (bwd_terms_row) */
     double lse;            /* the row's lse, set by or_each_row before each row */
 } or_terms_arg;
@@ -293,21 +293,38 @@ static void bwd_terms_row(const or_seq *s, int64_t h, int64_t i, const double *p
     const double *doi = x->dout + (i * s->hq + h) * s->dv;
     double *tqi = x->t1 + (i * s->hq + h) * s->dqk;
     const double tl = lse_err(s, h, i, p, dc, x);
-    double d1 = 0.0;
-    for (int64_t c = 0; c < s->dv; c++) d1 += fabs(doi[c] * w.oi[c]);
+    double *tqi2 = x->t4 + (i * s->hq + h) * s->dqk;
+    double d1 = 0.0, dd = 0.0;
+    for (int64_t c = 0; c < s->dv; c++) {
+        d1 += fabs(doi[c] * w.oi[c]);
+        dd += doi[c] * w.oi[c];
+    }
     while (or_walk_next(&w)) {
-        double a = 0.0;
-        for (int64_t c = 0; c < s->dv; c++) a += fabs(doi[c] * w.vj[c]);
+        double a = 0.0, dp = 0.0;
+        for (int64_t c = 0; c < s->dv; c++) {
+            a += fabs(doi[c] * w.vj[c]);
+            dp += doi[c] * w.vj[c];
+        }
         const double t = w.g * (fabs(w.mult) * a + x->d_weight * d1);
         /* P_ij itself is off by eps (e_ij + tl) relative (#28): its score's roundoff and
            lse's, which a backward that recomputes s_ij in another order than the forward
-           did does not cancel. Rows round independently: dv's share adds in squares. */
+           did does not cancel. In dv that is P_ij ep_ij |m_ij dout_ic|, in dS_ij
+           P_ij ep_ij |m_ij dP'_ij - D_i| (the exact difference). Each (i, j) rounds on
+           its own: dv's and dk's shares add in squares over rows, dq's over keys. */
         const double ep = score_err(&w, x->lse) + tl;
         double *tvj = x->t3 + (w.j * s->hkv + w.hk) * s->dv;
         for (int64_t c = 0; c < s->dv; c++) {
             const double u = w.p[w.j] * ep * fabs(w.mult * doi[c]);
             if (isfinite(u)) tvj[c] += u * u;
         }
+        const double u = w.g * ep * fabs(w.mult * dp - dd);
+        double *tkj2 = x->t5 + (w.j * s->hkv + w.hk) * s->dqk;
+        if (isfinite(u))
+            for (int64_t c = 0; c < s->dqk; c++) {
+                const double uq = u * fabs(w.kj[c]), uk = u * fabs(w.qi[c]);
+                if (isfinite(uq)) tqi2[c] += uq * uq;
+                if (isfinite(uk)) tkj2[c] += uk * uk;
+            }
         if (!isfinite(t)) continue;
         double *tkj = x->t2 + (w.j * s->hkv + w.hk) * s->dqk;
         for (int64_t c = 0; c < s->dqk; c++) {
@@ -329,16 +346,17 @@ static void bwd_terms_row(const or_seq *s, int64_t h, int64_t i, const double *p
    multiplies D's part of a_ij: D is formed from out as stored, so where out is rounded
    coarser than fp32 (a bf16 out) its terms carry that rounding (KNOWN_FAILURES #22).
    P_ij also carries eps ep_ij relative error of its own, ep_ij = e_ij + sum_j' P_ij' e_ij'
-   (score_err: its score's roundoff and lse's); dv's share of it, in squares (the rows
-   round independently; the caller takes the root): tv[j][hkv][c] += sum_i (P_ij ep_ij
-   |m_ij dout_ic|)^2 (KNOWN_FAILURES #28). In dq and dk that error is ep_ij |m_ij dP'_ij -
-   D_i| per term, which the terms' own floor above, a_ij >= |m_ij dP'_ij - D_i|, covers
-   at one eps only; no case has needed more so far. */
+   (score_err: its score's roundoff and lse's; KNOWN_FAILURES #28). Its shares, in
+   squares (each (i, j) rounds on its own; the caller takes the roots):
+   tv[j][hkv][c] += sum_i (P_ij ep_ij |m_ij dout_ic|)^2,
+   tq2[i][h][c] += sum_j (P_ij |dcap_ij scale| ep_ij |m_ij dP'_ij - D_i| |k_jc|)^2 and
+   tk2[j][hkv][c] += sum_i (the same with |q_ic|)^2, dP'_ij = sum_c dout_ic v_jc and the
+   difference exact. */
 void or_backward_terms(const or_seq *s, const double *q, const double *k, const double *v,
                        const double *out, const double *dout, double d_weight, double *tq,
-                       double *tk, double *tv)
+                       double *tk, double *tv, double *tq2, double *tk2)
 {
-    or_terms_arg x = { q, k, v, out, dout, tq, tk, tv, d_weight, 0.0 };
+    or_terms_arg x = { q, k, v, out, dout, tq, tk, tv, tq2, tk2, d_weight, 0.0 };
     or_each_row(s, q, k, bwd_terms_row, &x);
 }
 
@@ -370,7 +388,7 @@ static void fwd_terms_row(const or_seq *s, int64_t h, int64_t i, const double *p
 void or_forward_terms(const or_seq *s, const double *q, const double *k, const double *v,
                       const double *out, double *tout, double *tlse)
 {
-    or_terms_arg x = { q, k, v, out, NULL, tout, tlse, NULL, 1.0, 0.0 };
+    or_terms_arg x = { q, k, v, out, NULL, tout, tlse, NULL, NULL, NULL, 1.0, 0.0 };
     or_each_row(s, q, k, fwd_terms_row, &x);
 }
 

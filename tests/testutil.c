@@ -644,11 +644,16 @@ void tu_run(const tu_case *c)
             memset(gv, 0, sizeof(double) * (size_t)(sk[b] * Hkv * dv));
             /* D's terms at the rounding of out as stored: one odt ulp per fp32 ulp when
                out is coarser than fp32 (KNOWN_FAILURES #22) */
+            double *gq2 = dcalloc(sq[b] * H * dqk), *gk2 = dcalloc(sk[b] * Hkv * dqk);
             or_backward_terms(&s, bq, bk, bv, o_out + r0 * H * dv, bdo,
-                              tu_eps(coarser(FA_F32, c->odt)) / tu_eps(FA_F32), gq, gk, gv);
+                              tu_eps(coarser(FA_F32, c->odt)) / tu_eps(FA_F32), gq, gk, gv,
+                              gq2, gk2);
+            /* P's own roundoff (#28), the root of its squares, joins the terms' floor */
+            for (int64_t x = 0; x < sq[b] * H * dqk; x++) gq[x] += sqrt(gq2[x]);
+            for (int64_t x = 0; x < sk[b] * Hkv * dqk; x++) gk[x] += sqrt(gk2[x]);
             put_rows(t_q, gq, r0, sq[b], H, dqk); put_rows(t_k, gk, kr0, sk[b], Hkv, dqk);
             put_rows(t_v, gv, kr0, sk[b], Hkv, dv);
-            free(gq); free(gk); free(gv);
+            free(gq); free(gk); free(gv); free(gq2); free(gk2);
         }
         free(bq); free(bk); free(bv); free(bdo); free(bb); free(to); free(tl); free(to_sp);
     }
@@ -851,8 +856,8 @@ void tu_run(const tu_case *c)
                the terms of both dot products, so it already grows with d_v and with the
                number of keys). It is part of the floor, so the fp32 1e-5 relative rule
                still caps the bound (lifted only for large logits, compare()). Each term
-               also carries P_ij's own roundoff, ep_ij |m_ij dP'_ij - D_i| (#28), which
-               the terms' floor covers at one eps only (or_backward_terms). */
+               also carries P_ij's own roundoff, ep_ij |m_ij dP'_ij - D_i| (#28), added
+               in quadrature over the pairs (or_backward_terms). */
             const double t_dq = max_abs(t_q, nq_log * H * dqk), t_dk = max_abs(t_k, nk_log * Hkv * dqk);
             const double tfl = tu_eps(FA_F32);
             compare(c, be, "dq", g_dq, o_dq, n_dq, nq_log * H * dqk, c->odt, 3.0, gref, gfl,
