@@ -191,6 +191,7 @@ void or_backward(const or_seq *s, const double *q, const double *k, const double
 typedef struct {
     const double *q, *k, *v, *out, *dout;
     double *t1, *t2, *t3, *t4, *t5;
+    const double *tl;      /* lse's score roundoff per row, [hq][sq] (bwd_terms_row) */
     double d_weight;       /* weight of D's terms (bwd_terms_row) */
     double lse;            /* the row's lse, set by or_each_row before each row */
 } or_terms_arg;
@@ -271,20 +272,6 @@ static double score_err(const or_key_walk *w, double lse)
     return e;
 }
 
-/* lse_i's roundoff from its scores in fp32 eps: sum_j P_ij e_ij (lse moves by P_ij per
-   unit of s_ij); keys with non-finite terms are left out. */
-static double lse_err(const or_seq *s, int64_t h, int64_t i, const double *p,
-                      const double *dc, const or_terms_arg *x)
-{
-    or_key_walk w = or_walk_row(s, h, i, p, dc, x);
-    double t = 0.0;
-    while (or_walk_next(&w)) {
-        const double e = w.p[w.j] * score_err(&w, x->lse);
-        if (isfinite(e)) t += e;
-    }
-    return t;
-}
-
 static void bwd_terms_row(const or_seq *s, int64_t h, int64_t i, const double *p,
                           const double *dc, void *arg)
 {
@@ -292,7 +279,7 @@ static void bwd_terms_row(const or_seq *s, int64_t h, int64_t i, const double *p
     or_key_walk w = or_walk_row(s, h, i, p, dc, x);
     const double *doi = x->dout + (i * s->hq + h) * s->dv;
     double *tqi = x->t1 + (i * s->hq + h) * s->dqk;
-    const double tl = lse_err(s, h, i, p, dc, x);
+    const double tl = x->tl[h * s->sq + i];
     double *tqi2 = x->t4 + (i * s->hq + h) * s->dqk;
     double d1 = 0.0, dd = 0.0;
     for (int64_t c = 0; c < s->dv; c++) {
@@ -345,18 +332,20 @@ static void bwd_terms_row(const or_seq *s, int64_t h, int64_t i, const double *p
    not finite (NaN inputs) add nothing. out: [sq][hq][dv], the oracle's. d_weight
    multiplies D's part of a_ij: D is formed from out as stored, so where out is rounded
    coarser than fp32 (a bf16 out) its terms carry that rounding (KNOWN_FAILURES #22).
-   P_ij also carries eps ep_ij relative error of its own, ep_ij = e_ij + sum_j' P_ij' e_ij'
-   (score_err: its score's roundoff and lse's; KNOWN_FAILURES #28). Its shares, in
+   P_ij also carries eps ep_ij relative error of its own, ep_ij = e_ij + tlse_i (score_err:
+   its score's roundoff; tlse: lse's, sum_j' P_ij' e_ij', as or_forward_terms gives it;
+   KNOWN_FAILURES #28). Its shares, in
    squares (each (i, j) rounds on its own; the caller takes the roots):
    tv[j][hkv][c] += sum_i (P_ij ep_ij |m_ij dout_ic|)^2,
    tq2[i][h][c] += sum_j (P_ij |dcap_ij scale| ep_ij |m_ij dP'_ij - D_i| |k_jc|)^2 and
    tk2[j][hkv][c] += sum_i (the same with |q_ic|)^2, dP'_ij = sum_c dout_ic v_jc and the
    difference exact. */
 void or_backward_terms(const or_seq *s, const double *q, const double *k, const double *v,
-                       const double *out, const double *dout, double d_weight, double *tq,
-                       double *tk, double *tv, double *tq2, double *tk2)
+                       const double *out, const double *dout, const double *tlse,
+                       double d_weight, double *tq, double *tk, double *tv, double *tq2,
+                       double *tk2)
 {
-    or_terms_arg x = { q, k, v, out, dout, tq, tk, tv, tq2, tk2, d_weight, 0.0 };
+    or_terms_arg x = { q, k, v, out, dout, tq, tk, tv, tq2, tk2, tlse, d_weight, 0.0 };
     or_each_row(s, q, k, bwd_terms_row, &x);
 }
 
@@ -388,7 +377,7 @@ static void fwd_terms_row(const or_seq *s, int64_t h, int64_t i, const double *p
 void or_forward_terms(const or_seq *s, const double *q, const double *k, const double *v,
                       const double *out, double *tout, double *tlse)
 {
-    or_terms_arg x = { q, k, v, out, NULL, tout, tlse, NULL, NULL, NULL, 1.0, 0.0 };
+    or_terms_arg x = { q, k, v, out, NULL, tout, tlse, NULL, NULL, NULL, NULL, 1.0, 0.0 };
     or_each_row(s, q, k, fwd_terms_row, &x);
 }
 

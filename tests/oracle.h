@@ -53,10 +53,12 @@ void or_backward(const or_seq *s, const double *q, const double *k, const double
 /* Magnitude of the terms that cancel in dq and dk, and the squares of P's own roundoff
    in dv, dq and dk (see oracle.c): tq and tq2 like dq, tk and tk2 like dk, tv like dv,
    ACCUMULATED (the caller zeroes them; none may be NULL). out: the oracle's
-   [sq][hq][dv]; d_weight scales the terms of D (1: out stored in fp32). */
+   [sq][hq][dv]; tlse: lse's terms [hq][sq] as or_forward_terms filled them; d_weight
+   scales the terms of D (1: out stored in fp32). */
 void or_backward_terms(const or_seq *s, const double *q, const double *k, const double *v,
-                       const double *out, const double *dout, double d_weight, double *tq,
-                       double *tk, double *tv, double *tq2, double *tk2);
+                       const double *out, const double *dout, const double *tlse,
+                       double d_weight, double *tq, double *tk, double *tv, double *tq2,
+                       double *tk2);
 
 /* Magnitude of out's sensitivity to the fp32 roundoff of its scores (see oracle.c): tout
    like out, ACCUMULATED (the caller zeroes it). out: the oracle's [sq][hq][dv]. tlse

@@ -470,6 +470,14 @@ static void compare(const tu_case *c, const char *be, const char *name, const do
               (long long)r.worst, r.ours_w, r.orc_w);
 }
 
+/* Row i of head h, batch entry b, in the library's lse layout: [H][rows] packed over the
+   sequences (varlen, q0 the sequence's first row) or [B][H][Sq]. */
+static int64_t lse_pos(const tu_case *c, int64_t rows_q, const int64_t *q0, int64_t b,
+                       int64_t H, int64_t h, int64_t i)
+{
+    return c->varlen ? h * rows_q + q0[b] + i : (b * H + h) * c->Sq + i;
+}
+
 void tu_run(const tu_case *c)
 {
     tu_rng rng = { c->seed * 0x9E3779B97F4A7C15ull + 12345 };
@@ -593,7 +601,7 @@ void tu_run(const tu_case *c)
             double *L = pass ? n_lse : o_lse;
             for (int64_t h = 0; h < H; h++)
                 for (int64_t i = 0; i < sq[b]; i++) {
-                    int64_t li = c->varlen ? h * rows_q + q0[b] + i : (b * H + h) * c->Sq + i;
+                    int64_t li = lse_pos(c, rows_q, q0, b, H, h, i);
                     L[li] = tl[h * sq[b] + i];
                 }
         }
@@ -607,18 +615,18 @@ void tu_run(const tu_case *c)
             if (isfinite(bdo[x]) && fabs(bdo[x]) > domax) domax = fabs(bdo[x]);
         if (sk[b] > skmax) skmax = sk[b];
         if (sq[b] > sqmax) sqmax = sq[b];
+        double *t_l = dcalloc(H * sq[b]);   /* lse's terms [H][sq]: dsinks, gradients (#28) */
         {   /* out's term floor: KNOWN_FAILURES #20; out's and lse's terms per row for
                dsinks' (#28) */
-            double *t_o = dcalloc(sq[b] * H * dv), *t_l = dcalloc(H * sq[b]);
+            double *t_o = dcalloc(sq[b] * H * dv);
             or_forward_terms(&s, bq, bk, bv, o_out + r0 * H * dv, t_o, t_l);
             double m = max_abs(t_o, sq[b] * H * dv);
             if (m > oterm) oterm = m;
             put_rows(o_tout, t_o, r0, sq[b], H, dv);
             for (int64_t h = 0; h < H; h++)
                 for (int64_t i = 0; i < sq[b]; i++)
-                    o_tlse[c->varlen ? h * rows_q + q0[b] + i : (b * H + h) * c->Sq + i] =
-                        t_l[h * sq[b] + i];
-            free(t_o); free(t_l);
+                    o_tlse[lse_pos(c, rows_q, q0, b, H, h, i)] = t_l[h * sq[b] + i];
+            free(t_o);
         }
         for (int64_t i = 0; i < sq[b]; i++) {
             int vis = 0;
@@ -645,7 +653,7 @@ void tu_run(const tu_case *c)
             /* D's terms at the rounding of out as stored: one odt ulp per fp32 ulp when
                out is coarser than fp32 (KNOWN_FAILURES #22) */
             double *gq2 = dcalloc(sq[b] * H * dqk), *gk2 = dcalloc(sk[b] * Hkv * dqk);
-            or_backward_terms(&s, bq, bk, bv, o_out + r0 * H * dv, bdo,
+            or_backward_terms(&s, bq, bk, bv, o_out + r0 * H * dv, bdo, t_l,
                               tu_eps(coarser(FA_F32, c->odt)) / tu_eps(FA_F32), gq, gk, gv,
                               gq2, gk2);
             /* P's own roundoff (#28), the root of its squares, joins the terms' floor */
@@ -656,6 +664,7 @@ void tu_run(const tu_case *c)
             free(gq); free(gk); free(gv); free(gq2); free(gk2);
         }
         free(bq); free(bk); free(bv); free(bdo); free(bb); free(to); free(tl); free(to_sp);
+        free(t_l);
     }
 
     /* dsinks' reference magnitude: max over heads of sqrt(sum_i (psink_i L_i)^2),
@@ -676,7 +685,7 @@ void tu_run(const tu_case *c)
             for (int64_t b = 0; b < nseq; b++) {
                 int64_t tb = c->varlen ? 0 : b, r0 = tb * rows_q + q0[b];
                 for (int64_t i = 0; i < sq[b]; i++) {
-                    int64_t li = c->varlen ? h * rows_q + q0[b] + i : (b * H + h) * c->Sq + i;
+                    int64_t li = lse_pos(c, rows_q, q0, b, H, h, i);
                     if (!isfinite(o_lse[li])) continue;
                     double ps = exp(sinks_d[h] - o_lse[li]), l1 = 0.0, dt_o = 0.0;
                     for (int64_t x = 0; x < dv; x++) {
