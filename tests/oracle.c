@@ -388,12 +388,17 @@ void or_forward_terms(const or_seq *s, const double *q, const double *k, const d
 static float rnd(fa_dtype t, float x) { return fa_round_to(t, x); }
 
 /* Row (h, i) as a plain low-precision implementation computes it. p[j] is P rounded to dt
-   (0 when invisible); returns lse (float math); *psink. dcap[j]: softcap derivative. */
+   (0 when invisible); returns lse (float math); *psink. dcap[j]: softcap derivative.
+   With rowsum non-NULL, the row is a flash-style implementation's: scores in fp32, p[j]
+   is exp(s_ij - m) rounded to dt, unnormalized (its P for the P V product), and *rowsum
+   is the row's sum l. */
 static float sp_row_probs(const or_seq *s, fa_dtype dt, const double *q, const double *k,
-                          int64_t h, int64_t i, float *p, float *dcap, float *psink)
+                          int64_t h, int64_t i, float *p, float *dcap, float *psink,
+                          float *rowsum)
 {
     int64_t hk = h / (s->hq / s->hkv);
     int64_t off = or_off(s);
+    const fa_dtype st = rowsum ? FA_F32 : dt;   /* the scores' precision */
     float m = -INFINITY;
     int any = 0, nan = 0;
     for (int64_t j = 0; j < s->sk; j++) {
@@ -404,20 +409,20 @@ static float sp_row_probs(const or_seq *s, fa_dtype dt, const double *q, const d
         const double *kj = k + (j * s->hkv + hk) * s->dqk;
         float dot = 0.0f;
         for (int64_t c = 0; c < s->dqk; c++) dot += (float)qi[c] * (float)kj[c];
-        float x = rnd(dt, rnd(dt, dot) * (float)s->scale);
+        float x = rnd(st, rnd(st, dot) * (float)s->scale);
         float dc = 1.0f;
         if (s->softcap > 0.0) {
             float cap = (float)s->softcap;
-            float t = rnd(dt, tanhf(x / cap));
-            x = rnd(dt, cap * t);
-            dc = rnd(dt, 1.0f - t * t);
+            float t = rnd(st, tanhf(x / cap));
+            x = rnd(st, cap * t);
+            dc = rnd(st, 1.0f - t * t);
         }
         if (s->alibi) {
             int64_t dist = i + off - j;
             if (dist < 0) dist = -dist;
-            x = rnd(dt, x - (float)s->alibi[h] * (float)dist);
+            x = rnd(st, x - (float)s->alibi[h] * (float)dist);
         }
-        if (s->bias) x = rnd(dt, x + (float)s->bias[(h * s->sq + i) * s->sk + j]);
+        if (s->bias) x = rnd(st, x + (float)s->bias[(h * s->sq + i) * s->sk + j]);
         p[j] = x;
         if (dcap) dcap[j] = dc;
         if (isnan(x)) nan = 1;
@@ -437,13 +442,14 @@ static float sp_row_probs(const or_seq *s, fa_dtype dt, const double *q, const d
         if (or_visible(s, i, j)) sum += expf(p[j] - m);
     if (s->sinks) sum += expf((float)s->sinks[h] - m);
     for (int64_t j = 0; j < s->sk; j++)
-        if (or_visible(s, i, j)) p[j] = rnd(dt, expf(p[j] - m) / sum);
+        if (or_visible(s, i, j)) p[j] = rowsum ? rnd(dt, expf(p[j] - m)) : rnd(dt, expf(p[j] - m) / sum);
+    if (rowsum) *rowsum = sum;
     if (s->sinks) *psink = expf((float)s->sinks[h] - m) / sum;
     return m + logf(sum);
 }
 
-void or_forward_sp(const or_seq *s, fa_dtype dt, fa_dtype odt, const double *q,
-                   const double *k, const double *v, double *out, double *lse)
+static void sp_forward(const or_seq *s, fa_dtype dt, fa_dtype odt, const double *q,
+                       const double *k, const double *v, double *out, double *lse, int flash)
 {
     float *p = malloc(sizeof(float) * (size_t)(s->sk > 0 ? s->sk : 1));
     float *acc = malloc(sizeof(float) * (size_t)(s->dv > 0 ? s->dv : 1));
@@ -451,17 +457,25 @@ void or_forward_sp(const or_seq *s, fa_dtype dt, fa_dtype odt, const double *q,
     for (int64_t h = 0; h < s->hq; h++) {
         int64_t hk = h / group;
         for (int64_t i = 0; i < s->sq; i++) {
-            float psink;
-            float l = sp_row_probs(s, dt, q, k, h, i, p, NULL, &psink);
+            float psink, sum = 1.0f;
+            float l = sp_row_probs(s, dt, q, k, h, i, p, NULL, &psink, flash ? &sum : NULL);
             if (lse) lse[h * s->sq + i] = l;
             for (int64_t c = 0; c < s->dv; c++) acc[c] = 0.0f;
             if (l != -INFINITY) {
                 for (int64_t j = 0; j < s->sk; j++) {
                     if (!or_visible(s, i, j)) continue;
-                    float pd = rnd(dt, p[j] * (float)or_dropout_mult(s, h, i, j));
+                    float mult = (float)or_dropout_mult(s, h, i, j);
+                    /* flash: the dropout mask is 0/1 here, 1/(1-p) joins 1/l at the end */
+                    if (flash && mult != 0.0f) mult = 1.0f;
+                    float pd = rnd(dt, p[j] * mult);
                     const double *vj = v + (j * s->hkv + hk) * s->dv;
                     for (int64_t c = 0; c < s->dv; c++) acc[c] += pd * (float)vj[c];
                 }
+            }
+            if (flash) {
+                float keep = s->dropout_p > 0.0f ? (float)(1.0 / (1.0 - (double)s->dropout_p)) : 1.0f;
+                float r = keep / sum;
+                for (int64_t c = 0; c < s->dv; c++) acc[c] *= r;
             }
             double *o = out + (i * s->hq + h) * s->dv;
             for (int64_t c = 0; c < s->dv; c++) o[c] = rnd(odt, acc[c]);
@@ -470,9 +484,22 @@ void or_forward_sp(const or_seq *s, fa_dtype dt, fa_dtype odt, const double *q,
     free(p); free(acc);
 }
 
-void or_backward_sp(const or_seq *s, fa_dtype dt, fa_dtype odt, const double *q,
-                    const double *k, const double *v, const double *out, const double *dout,
-                    double *dq, double *dk, double *dv, double *dsinks)
+void or_forward_sp(const or_seq *s, fa_dtype dt, fa_dtype odt, const double *q,
+                   const double *k, const double *v, double *out, double *lse)
+{
+    sp_forward(s, dt, odt, q, k, v, out, lse, 0);
+}
+
+void or_forward_sp_flash(const or_seq *s, fa_dtype dt, fa_dtype odt, const double *q,
+                         const double *k, const double *v, double *out, double *lse)
+{
+    sp_forward(s, dt, odt, q, k, v, out, lse, 1);
+}
+
+static void sp_backward(const or_seq *s, fa_dtype dt, fa_dtype odt, const double *q,
+                        const double *k, const double *v, const double *out,
+                        const double *dout, double *dq, double *dk, double *dv,
+                        double *dsinks, int flash)
 {
     int64_t n = s->sk > 0 ? s->sk : 1;
     int64_t nq = s->sq * s->hq * s->dqk, nk = s->sk * s->hkv * s->dqk;
@@ -486,9 +513,14 @@ void or_backward_sp(const or_seq *s, fa_dtype dt, fa_dtype odt, const double *q,
     for (int64_t h = 0; h < s->hq; h++) {
         int64_t hk = h / group;
         for (int64_t i = 0; i < s->sq; i++) {
-            float psink;
-            float l = sp_row_probs(s, dt, q, k, h, i, p, dc, &psink);
+            float psink, sum = 1.0f;
+            /* flash: scores and P in fp32 (recomputed from them), P and dS rounded to dt
+               only as the operands of the products */
+            float l = sp_row_probs(s, flash ? FA_F32 : dt, q, k, h, i, p, dc, &psink,
+                                   flash ? &sum : NULL);
             if (l == -INFINITY) continue;
+            if (flash)
+                for (int64_t j = 0; j < s->sk; j++) p[j] /= sum;
             const double *doi = dout + (i * s->hq + h) * s->dv;
             const double *qi = q + (i * s->hq + h) * s->dqk;
             float *dqi = fq + (i * s->hq + h) * s->dqk;
@@ -507,7 +539,7 @@ void or_backward_sp(const or_seq *s, fa_dtype dt, fa_dtype odt, const double *q,
                     dpd += (float)doi[c] * (float)vj[c];
                     dvj[c] += pd * (float)doi[c];
                 }
-                dp[j] = rnd(dt, dpd) * mult;
+                dp[j] = (flash ? dpd : rnd(dt, dpd)) * mult;
             }
             if (dsinks && s->sinks) dsinks[h] += -(double)psink * (double)D;
             for (int64_t j = 0; j < s->sk; j++) {
@@ -528,6 +560,21 @@ void or_backward_sp(const or_seq *s, fa_dtype dt, fa_dtype odt, const double *q,
     for (int64_t x = 0; x < nk; x++) dk[x] = rnd(odt, fk[x] * sc);
     for (int64_t x = 0; x < nv; x++) dv[x] = rnd(odt, fv[x]);
     free(p); free(dc); free(dp); free(fq); free(fk); free(fv);
+}
+
+void or_backward_sp(const or_seq *s, fa_dtype dt, fa_dtype odt, const double *q,
+                    const double *k, const double *v, const double *out, const double *dout,
+                    double *dq, double *dk, double *dv, double *dsinks)
+{
+    sp_backward(s, dt, odt, q, k, v, out, dout, dq, dk, dv, dsinks, 0);
+}
+
+void or_backward_sp_flash(const or_seq *s, fa_dtype dt, fa_dtype odt, const double *q,
+                          const double *k, const double *v, const double *out,
+                          const double *dout, double *dq, double *dk, double *dv,
+                          double *dsinks)
+{
+    sp_backward(s, dt, odt, q, k, v, out, dout, dq, dk, dv, dsinks, 1);
 }
 
 void or_combine(int n, int64_t rows, int64_t d, const double *const *parts,

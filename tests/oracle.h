@@ -70,6 +70,13 @@ void or_forward_terms(const or_seq *s, const double *q, const double *k, const d
    Inputs are the stored values (already representable in dt). */
 void or_forward_sp(const or_seq *s, fa_dtype dt, fa_dtype odt, const double *q,
                    const double *k, const double *v, double *out, double *lse);
+/* The same, as a flash-style implementation forms it: scores in fp32, exp(s - m) rounded
+   to dt unnormalized for the P V product, dropout as a 0/1 mask, and keep_scale / l
+   applied to the fp32 sum. Its roundings of P fall elsewhere than the normalized ones;
+   the harness takes, element by element, the larger of the two models' errors
+   (KNOWN_FAILURES #13). */
+void or_forward_sp_flash(const or_seq *s, fa_dtype dt, fa_dtype odt, const double *q,
+                         const double *k, const double *v, double *out, double *lse);
 /* The backward receives `out` as the forward stored it (API: out and lse as fa_forward
    returned them), so a plain implementation of this API forms D_i = rowsum(dout_i * out_i)
    from that rounded out, the way flash-attention's backward does. out: [sq][hq][dv], the
@@ -77,6 +84,14 @@ void or_forward_sp(const or_seq *s, fa_dtype dt, fa_dtype odt, const double *q,
 void or_backward_sp(const or_seq *s, fa_dtype dt, fa_dtype odt, const double *q,
                     const double *k, const double *v, const double *out, const double *dout,
                     double *dq, double *dk, double *dv, double *dsinks);
+
+/* The backward as a flash-style implementation forms it: scores, P and dP in fp32 (P
+   recomputed from the scores), P and dS rounded to dt only as operands of the products;
+   out: the flash-style forward's (KNOWN_FAILURES #13). */
+void or_backward_sp_flash(const or_seq *s, fa_dtype dt, fa_dtype odt, const double *q,
+                          const double *k, const double *v, const double *out,
+                          const double *dout, double *dq, double *dk, double *dv,
+                          double *dsinks);
 
 /* Combine: out[r][c] = sum_i exp(lse_i[r] - lse[r]) out_i[r][c], lse = logsumexp lse_i.
    parts[i] is [rows][d]; lse_parts[i] is [rows]. A row with all lse_i = -inf: 0, -inf. */

@@ -209,7 +209,9 @@ END_TEST
    rounding P to bf16 for the P V product; the row maximum's P is exactly 1, so every row's
    dominant term carried the same rounding of keep_scale (0.3 % for p = 0.94; 16 of 60
    data seeds of this shape failed the rule, none since). #11's second input (Sk = 1) is
-   not here: it is #13, a limit of the rule, not of the backend. */
+   not here: it is #13, a limit of the rule, not of the backend. Cases 1 and 2 are #13's
+   inputs the rule itself failed (they pass the bf16 P paths now: make check runs this
+   suite under FA_CPU_AMX_EMULATE too, tests/amx_emulated.sh). */
 static int regression_case(int i, tu_case *c)
 {
     memset(c, 0, sizeof *c);
@@ -222,6 +224,24 @@ static int regression_case(int i, tu_case *c)
         c->bias = TB_Q_STRIDE0; c->bias_dt = FA_BF16;
         c->dropout_p = 0.940476f; c->dseed = 65535; c->doffset = 255;
         c->tile_q = 64; c->tile_kv = 5;
+        return 1;
+    case 1:   /* #13: six keys whose terms P_j v_j cancel (2% of |out| under the bf16 P V
+                 paths, AMX and the bf16-dot set; the normalized naive model's six P
+                 roundings gave 18x less): the flash-style naive model covers it */
+        c->tag = "KF13-six-keys-cancel"; c->seed = 33913;
+        c->B = 1; c->Sq = 1; c->Sk = 6; c->H = c->Hkv = 1; c->dqk = c->dv = 1;
+        c->layout = TL_PADDED; c->causal = FA_CAUSAL_BOTTOM_RIGHT;
+        c->window = 1; c->wl = 7; c->wr = 5; c->alibi = 1; c->sinks = 1;
+        c->bias = TB_FULL; c->bias_dt = FA_BF16; c->deterministic = 1;
+        c->tile_q = 5; c->threads = 1;
+        return 1;
+    case 2:   /* #13: a row whose one key has P = 1, F32 out 2 ulps off where both naive
+                 models are exact (bf16-dot set); out's floor for F32 of half inputs */
+        c->tag = "KF13-out-two-ulps"; c->seed = 288;
+        c->B = 3; c->Sq = 23; c->Sk = 32; c->H = c->Hkv = 1; c->dqk = 32; c->dv = 3;
+        c->layout = TL_PADDED; c->causal = FA_CAUSAL_BOTTOM_RIGHT;
+        c->window = 1; c->wl = 0; c->wr = -1; c->scale = 0.5625f; c->sink_amp = 8;
+        c->backward = 1; c->tile_q = 5;
         return 1;
     }
     return 0;

@@ -405,6 +405,14 @@ static double *bias_gather(const tu_buf *bb, int64_t b, int64_t H, int64_t Sq, i
 }
 
 /* scatter a [n][H][D] double array into a logical [rows][H][D] array at row r0 */
+/* Two same-precision models: keep in a[x] whichever of a[x], b[x] is farther from the
+   oracle o[x] (the naive error is the larger of theirs, KNOWN_FAILURES #13) */
+static void far_of(double *a, const double *b, const double *o, int64_t n)
+{
+    for (int64_t x = 0; x < n; x++)
+        if (fabs(b[x] - o[x]) > fabs(a[x] - o[x])) a[x] = b[x];
+}
+
 static void put_rows(double *dst, const double *src, int64_t r0, int64_t n, int64_t H,
                      int64_t D)
 {
@@ -592,11 +600,26 @@ void tu_run(const tu_case *c)
                 }
         s.bias = bb;
         double *to = dcalloc(sq[b] * H * dv), *tl = dcalloc(H * sq[b]);
-        double *to_sp = dcalloc(sq[b] * H * dv);
+        double *to_sp = dcalloc(sq[b] * H * dv), *to_fl = NULL;
         int64_t r0 = tb * rows_q + q0[b], kr0 = tb * rows_k + k0[b];
         for (int pass = 0; pass < 2; pass++) {
             if (pass == 0) or_forward(&s, bq, bk, bv, to, tl);
-            else { or_forward_sp(&s, c->dt, c->odt, bq, bk, bv, to, tl); memcpy(to_sp, to, sizeof(double) * (size_t)(sq[b] * H * dv)); }
+            else {
+                or_forward_sp(&s, c->dt, c->odt, bq, bk, bv, to, tl);
+                memcpy(to_sp, to, sizeof(double) * (size_t)(sq[b] * H * dv));
+                if (c->dt != FA_F32) {
+                    /* half inputs: P's roundings to dt are few samples where a row has
+                       few keys, and they fall elsewhere in a flash-style model (P
+                       unnormalized); each element takes the model farther from the
+                       oracle (KNOWN_FAILURES #13) */
+                    double *lf = dcalloc(H * sq[b]);
+                    const double *oo = o_out + r0 * H * dv;
+                    to_fl = dcalloc(sq[b] * H * dv);
+                    or_forward_sp_flash(&s, c->dt, c->odt, bq, bk, bv, to_fl, lf);
+                    far_of(to, to_fl, oo, sq[b] * H * dv);
+                    free(lf);
+                }
+            }
             put_rows(pass ? n_out : o_out, to, r0, sq[b], H, dv);
             double *L = pass ? n_lse : o_lse;
             for (int64_t h = 0; h < H; h++)
@@ -647,6 +670,17 @@ void tu_run(const tu_case *c)
             or_backward_sp(&s, c->dt, c->odt, bq, bk, bv, to_sp, bdo, gq, gk, gv, n_ds);
             put_rows(n_dq, gq, r0, sq[b], H, dqk); put_rows(n_dk, gk, kr0, sk[b], Hkv, dqk);
             put_rows(n_dv, gv, kr0, sk[b], Hkv, dv);
+            if (to_fl) {   /* the backward from the flash-style model's out (#13) */
+                double *ds2 = dcalloc(H);
+                memset(gq, 0, sizeof(double) * (size_t)(sq[b] * H * dqk));
+                memset(gk, 0, sizeof(double) * (size_t)(sk[b] * Hkv * dqk));
+                memset(gv, 0, sizeof(double) * (size_t)(sk[b] * Hkv * dv));
+                or_backward_sp_flash(&s, c->dt, c->odt, bq, bk, bv, to_fl, bdo, gq, gk, gv, ds2);
+                far_of(n_dq + r0 * H * dqk, gq, o_dq + r0 * H * dqk, sq[b] * H * dqk);
+                far_of(n_dk + kr0 * Hkv * dqk, gk, o_dk + kr0 * Hkv * dqk, sk[b] * Hkv * dqk);
+                far_of(n_dv + kr0 * Hkv * dv, gv, o_dv + kr0 * Hkv * dv, sk[b] * Hkv * dv);
+                free(ds2);
+            }
             memset(gq, 0, sizeof(double) * (size_t)(sq[b] * H * dqk));
             memset(gk, 0, sizeof(double) * (size_t)(sk[b] * Hkv * dqk));
             memset(gv, 0, sizeof(double) * (size_t)(sk[b] * Hkv * dv));
@@ -664,6 +698,7 @@ void tu_run(const tu_case *c)
             free(gq); free(gk); free(gv); free(gq2); free(gk2);
         }
         free(bq); free(bk); free(bv); free(bdo); free(bb); free(to); free(tl); free(to_sp);
+        free(to_fl);
         free(t_l);
     }
 
@@ -774,12 +809,19 @@ void tu_run(const tu_case *c)
         double *g_out = gather_all(out);
         if (c->varlen)   /* rows past the total: checked untouched above, not compared */
             memcpy(g_out + Tq * H * dv, o_out + Tq * H * dv, sizeof(double) * (size_t)((rows_q - Tq) * H * dv));
-        /* out: the floor stays one add in c->odt. A floor in the data's precision (for an
-           F32 out of bf16 inputs) was tried for KNOWN_FAILURES #11 and rejected: one bf16
-           rounding at max|out| is larger than the systematic 0.3 % error #11 was, which
-           the rule then no longer caught. #13 records what that leaves open. */
-        compare(c, be, "out", g_out, o_out, n_out, nq_log * H * dv, c->odt, 2.0, 0.0, 1.0,
-                out_term, smax);
+        /* out: the floor stays in c->odt. A floor in the data's precision (for an F32 out
+           of bf16 inputs) was tried for KNOWN_FAILURES #11 and rejected: one bf16 rounding
+           at max|out| is larger than the systematic 0.3 % error #11 was, which the rule
+           then no longer caught. #13 records what that leaves open. An F32 out of half
+           inputs gets two fp32 eps at max|out|, not one: its products P v are exact in
+           fp32 where P is rounded to the inputs' dtype, so the naive models can be exact,
+           while out still takes three fp32 roundings at its own size (the sum's last add,
+           1/l, the product), up to 1.5 ulps, and one eps at max|out| is one to two ulps
+           of it depending on where it lies in its binade (#13, a row whose one key has
+           P = 1: 2 ulps against a bound of 1.99). */
+        const double out_floor = c->odt == FA_F32 && c->dt != FA_F32 ? 2.0 : 1.0;
+        compare(c, be, "out", g_out, o_out, n_out, nq_log * H * dv, c->odt, 2.0, 0.0,
+                out_floor, out_term, smax);
         double *g_lse = dcalloc(lse_n);
         if (!c->no_lse) {
             for (int64_t x = 0; x < lse_n; x++) g_lse[x] = ((float *)lse->t.data)[x];
