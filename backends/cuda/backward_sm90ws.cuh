@@ -83,13 +83,11 @@ template <int D> struct fa_bws_cfg {
 };
 
 template <bool B> struct fa_bool { static constexpr bool value = B; };
-__device__ __forceinline__ void fa_named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 
 /* Named barriers of the DRIFT form (0: __syncthreads, 1: the consumers' first sync). */
 #define FA_BWS_BAR_DS 2      /* + 2 w + parity: warpgroup w's half of dS(it) is stored     */
 #define FA_BWS_BAR_DQ 6      /* + 2 w + parity: warpgroup w's dQ(it) no longer reads dS    */
 #define FA_BWS_BAR_LOCAL 10  /* + w: warpgroup w's own lse/D copy for the next tile        */
-__device__ __forceinline__ void fa_named_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 
 template <typename T, int D, bool DRIFT>
 __global__ void __launch_bounds__(384, 1)

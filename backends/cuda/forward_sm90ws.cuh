@@ -94,6 +94,10 @@ __device__ __forceinline__ void fa_tma_load_4d(uint32_t dst, const CUtensorMap *
                  "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
                  : "memory");
 }
+/* named barriers: bar.sync waits until n threads (its own and those of bar.arrive) have
+   come to barrier id; bar.arrive counts its warp's threads and goes on */
+__device__ __forceinline__ void fa_named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void fa_named_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 template <int N> __device__ __forceinline__ void fa_setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
 template <int N> __device__ __forceinline__ void fa_setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
 
@@ -104,6 +108,14 @@ __device__ __forceinline__ bool fa_ws_block(const fa_cu_fwd &p, fa_fwd_block &fb
     const int mb = t % p.m_blocks;
     return fa_fwd_block_at<BM, BN>(p, fb, (int64_t)(t - mb) + (p.m_blocks - 1 - mb));
 }
+
+#ifndef FA_FWS_PINGPONG
+#define FA_FWS_PINGPONG 1    /* the consumers' ping-pong with three warpgroups (see below) */
+#endif
+#define FA_FWS_BAR_SCHED 1   /* + cw: named barriers of the ping-pong (0 is __syncthreads) */
+#ifndef FA_FWS_PP_MIN_KEYS
+#define FA_FWS_PP_MIN_KEYS 4096   /* a work tile's keys from which it takes turns */
+#endif
 
 template <typename T, int D, int BM_, int BN_>
 __global__ void __launch_bounds__(fa_fwd_ws_nt(BM_), 1)
@@ -227,17 +239,48 @@ __global__ void __launch_bounds__(fa_fwd_ws_nt(BM_), 1)
     auto release = [&](uint32_t bar) {
         if (lane == 0) fa_mbar_arrive(bar);
     };
+    /* Ping-pong (three consumer warpgroups: d64's 192-row tiles): the warpgroups take
+       turns issuing their products, in order 0, 1, 2, 0, ..: a warpgroup issues a KV tile's
+       wgmmas only after the previous one has issued its own (named barrier
+       FA_FWS_BAR_SCHED + cw, its 128 threads and the previous warpgroup's 128 arrivals), so
+       the softmaxes are staggered instead of running at once while the tensor cores wait.
+       Every warpgroup makes the same number of turns (one per KV tile and one for the last
+       P V of each work tile: they share the tile's KV range); the last warpgroup's first
+       arrival opens warpgroup 0's first turn, and warpgroup 0 takes the one arrival left
+       over after the last tile. Data waits stay outside a turn. A work tile takes turns
+       only when it spans FA_FWS_PP_MIN_KEYS keys or more (the same choice in every
+       warpgroup, so the counts still agree). Measured on the H200 (bf16 and fp16, 5
+       rounds): d64 192 x 128 +1-4.5% from 4k keys, -2 to -4% at 512; with two warpgroups
+       (d128, causal d64) 0-6% slower, so those tiles run without it (bench/NOTES.md,
+       session 14). */
+    constexpr bool PP = FA_FWS_PINGPONG && C::NCW == 3;
+    bool pp = false;   /* this work tile takes turns */
+    auto turn_wait = [&]() {
+        if constexpr (PP)
+            if (pp) fa_named_sync(FA_FWS_BAR_SCHED + cw, 256);
+    };
+    auto turn_pass = [&]() {
+        if constexpr (PP)
+            if (pp) fa_named_arrive(FA_FWS_BAR_SCHED + (cw + 1) % C::NCW, 256);
+    };
+    if constexpr (PP)
+        if (cw == C::NCW - 1) fa_named_arrive(FA_FWS_BAR_SCHED, 256);
     int use = 0, qn = 0;
     for (int j = 0;; j++) {
         fa_mbar_wait(full_t(j & 1), (j >> 1) & 1);
         const int t = tile_slot[j & 1];
         __syncwarp();
         release(empty_t(j & 1));
-        if (t >= ntiles) break;
+        if (t >= ntiles) {
+            if constexpr (PP)
+                if (cw == 0) fa_named_sync(FA_FWS_BAR_SCHED, 256);
+            break;
+        }
         fa_fwd_block fb;
         if (!fa_ws_block<BM, BN>(p, fb, t)) continue;
         const fa_dseq &s = fb.s;
         const int nb_lo = fb.nb_lo, nb_hi = fb.nb_hi;
+        pp = (nb_hi - nb_lo) * BN >= FA_FWS_PP_MIN_KEYS;
         const int wm0 = fb.m0 + cw * 64, wlast = min(wm0 + 63, s.sq - 1);
         int full_lo, full_hi;
         fa_fwd_full_range(p, s, wm0, wlast, full_lo, full_hi);
@@ -256,7 +299,9 @@ __global__ void __launch_bounds__(fa_fwd_ws_nt(BM_), 1)
             int st = use % ST;
             uint32_t ph = (use / ST) & 1;
             fa_mbar_wait(full_k(st), ph);
+            turn_wait();
             fa90_issue_qk<T, D, BM, BN>(sacc, qaddr, fa_smem_u32(sK + st * C::KB));
+            turn_pass();
             fa_wgmma_wait<0>();
 #pragma unroll
             for (int i = 0; i < BN / 2; i++) fa_reg_fence(sacc[i]);
@@ -271,9 +316,12 @@ __global__ void __launch_bounds__(fa_fwd_ws_nt(BM_), 1)
                 const int st1 = (use + 1) % ST;
                 const uint32_t ph1 = ((use + 1) / ST) & 1;
                 fa_mbar_wait(full_k(st1), ph1);
+                if constexpr (PP) fa_mbar_wait(full_v(st), ph);
+                turn_wait();
                 fa90_issue_qk<T, D, BM, BN>(sacc, qaddr, fa_smem_u32(sK + st1 * C::KB));
-                fa_mbar_wait(full_v(st), ph);
+                if constexpr (!PP) fa_mbar_wait(full_v(st), ph);
                 fa90_issue_pv<T, D, BN>(oacc, pa, fa_smem_u32(sV + st * C::KB), v_lbo, v_sbo);
+                turn_pass();
                 fa_wgmma_wait<1>();                   /* S done; P V of the previous tile may still run */
 #pragma unroll
                 for (int i = 0; i < BN / 2; i++) fa_reg_fence(sacc[i]);
@@ -294,7 +342,9 @@ __global__ void __launch_bounds__(fa_fwd_ws_nt(BM_), 1)
                 ph = ph1;
             }
             fa_mbar_wait(full_v(st), ph);
+            turn_wait();
             fa90_issue_pv<T, D, BN>(oacc, pa, fa_smem_u32(sV + st * C::KB), v_lbo, v_sbo);
+            turn_pass();
             fa_wgmma_wait<0>();
 #pragma unroll
             for (int i = 0; i < D / 2; i++) fa_reg_fence(oacc[i]);
