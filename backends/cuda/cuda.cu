@@ -276,7 +276,8 @@ static void cuda_describe(const fa_context *ctx, char *buf, size_t len)
                                 "tiles 128 x 192/128/80, d64 with <= 2048 keys 128 x 128) with mbarriers, 2 "
                                 "consumer warpgroups (setmaxnreg 232 registers, producer 40; d64 without a causal "
                                 "mask or window from 512 queries: 3 consumer warpgroups on 192 x 128 tiles, 160 "
-                                "registers, producer 32), persistent grid of one block per SM, query tiles of a "
+                                "registers, producer 32, which take turns issuing their products on work tiles "
+                                "of 4096 keys or more), persistent grid of one block per SM, query tiles of a "
                                 "head in descending order" : "");
     if (im->use_sm90_bwd)
         H->appendf(buf, len,
