@@ -74,7 +74,7 @@ void or_forward_sp(const or_seq *s, fa_dtype dt, fa_dtype odt, const double *q,
    to dt unnormalized for the P V product, dropout as a 0/1 mask, and keep_scale / l
    applied to the fp32 sum. Its roundings of P fall elsewhere than the normalized ones;
    the harness takes, element by element, the larger of the two models' errors
-   (KNOWN_FAILURES #13). */
+   (KNOWN_FAILURES #13). lse may be NULL. */
 void or_forward_sp_flash(const or_seq *s, fa_dtype dt, fa_dtype odt, const double *q,
                          const double *k, const double *v, double *out, double *lse);
 /* The backward receives `out` as the forward stored it (API: out and lse as fa_forward
@@ -87,7 +87,8 @@ void or_backward_sp(const or_seq *s, fa_dtype dt, fa_dtype odt, const double *q,
 
 /* The backward as a flash-style implementation forms it: scores, P and dP in fp32 (P
    recomputed from the scores), P and dS rounded to dt only as operands of the products;
-   out: the flash-style forward's (KNOWN_FAILURES #13). */
+   out: the flash-style forward's (KNOWN_FAILURES #13). dq, dk, dv are written whole;
+   dsinks may be NULL. */
 void or_backward_sp_flash(const or_seq *s, fa_dtype dt, fa_dtype odt, const double *q,
                           const double *k, const double *v, const double *out,
                           const double *dout, double *dq, double *dk, double *dv,
