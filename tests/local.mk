@@ -2,7 +2,6 @@
 # Every program runs each case on the backends in FA_TEST_BACKENDS (default
 # reference,cpu). FA_TEST_SLOW=1 adds the full cross-product sweeps; FA_TEST_BIG=1 the
 # > 2^31-element test. See tests/testutil.h.
-EXTRA_DIST += tests/KNOWN_FAILURES.md
 # libFuzzer targets (not built by make; tests/fuzz/run.sh, docs/reliability.md)
 EXTRA_DIST += tests/fuzz/run.sh tests/fuzz/fuzz_args.c tests/fuzz/fuzz_diff.c tests/fuzz/corpus
 
