@@ -160,7 +160,7 @@ static inline int64_t fa_problem_k_rows(const fa_problem *p)
 }
 
 /* Does the forward have anything to write? Rows of out and lse exist only when some
-   sequence has a query row and there are query heads (API.md item 11: empty problems
+   sequence has a query row and there are query heads (docs/api.md, empty calls: empty problems
    write what they must, which is then nothing). */
 static inline int fa_forward_is_empty(const fa_problem *p)
 {

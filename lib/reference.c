@@ -16,7 +16,7 @@
  *         m     = m_new                                        }
  *       O = O / l ;  lse = m + log(l)
  *
- * The score order (API.md): s = scale*q.k ; softcap ; + ALiBi + bias ; mask ; softmax with
+ * The score order (docs/api.md): s = scale*q.k ; softcap ; + ALiBi + bias ; mask ; softmax with
  * the sink in the denominator ; dropout on the probabilities. Dropout changes only the
  * P V product: l (and so lse) uses the undropped probabilities.
  *

@@ -7,7 +7,7 @@
  * score matrix is never stored) and accumulates dQ, dK, dV in fp32 scratch.
  *
  * Every other backend must agree with these two functions within the tolerance rule of
- * TESTING.md. They are single-threaded, so the order of every floating-point sum is fixed
+ * docs/testing.md. They are single-threaded, so the order of every floating-point sum is fixed
  * by the loops below: the results are bitwise reproducible run to run.
  *
  * Shapes (elements): q [.., Sq, H, d_qk], k [.., Sk, Hkv, d_qk], v [.., Sk, Hkv, d_v],
