@@ -99,12 +99,14 @@ typedef struct {
     const char *label;               /* "naive", "cpu avx2", ...                          */
 } rung_spec;
 
-/* naive.c: out (fp32, layout of q) from the fp32 copies. Returns 0, or -1 (no memory). */
-int    naive_forward(const bench_problem *p, float *out, int threads);
-size_t naive_extra_bytes(const bench_problem *p, int threads);
+/* naive.c: the unfused algorithm (naive: plain loops; blas: cblas_sgemm) from the fp32
+ * copies. out, dq: fp32 in the layout of q; dk, dv: fp32 in the layout of k. Returns 0, or
+ * -1 (no memory, or no BLAS in this build). */
+int    naive_forward(const bench_problem *p, float *out, int threads, int blas);
+int    naive_backward(const bench_problem *p, float *dq, float *dk, float *dv, int threads,
+                      int blas);
+size_t naive_extra_bytes(const bench_problem *p, int threads, int backward);
 int    blas_available(void);
-int    blas_forward(const bench_problem *p, float *out, int threads);
-size_t blas_extra_bytes(const bench_problem *p, int threads);
 
 /* ------------------------------------------------------------------ measurement ---- */
 
@@ -127,6 +129,7 @@ void   caches_from_describe(const char *desc, bench_caches *c);
 
 /* IO model of the FlashAttention paper, in bytes (elements * storage size). */
 double io_model_standard(const bench_shape *sh);
+double io_model_standard_bwd(const bench_shape *sh);
 double io_model_flash(const bench_shape *sh, long br);
 
 typedef struct {
@@ -167,7 +170,6 @@ typedef struct {
     bench_result *v;
     int n, cap;
 } bench_results;
-bench_result *results_add(bench_results *r);
 
 /* ------------------------------------------------------------------ the run -------- */
 
@@ -185,6 +187,12 @@ typedef struct {
     int    csv_stdout;
     const char *out_dir;
     int    check_rows;
+    int    ladder_bwd;                     /* the ladder's backward rungs (default on)    */
+    int    gpu_sweep;                      /* --backend cuda --mode sweep                 */
+    int    set_dtype, set_d, set_s;        /* given on the command line (GPU sweep filter) */
+    double warmup_s;                       /* seconds of calls before the next timing     */
+    const char *csv_path;                  /* --csv FILE                                  */
+    char   cuda_why[512];                  /* why no CUDA context, "" when there is one   */
     long   mem_cap_mib;                    /* naive S x S cap                            */
     /* filled while running */
     int    nthreads_all;
@@ -201,6 +209,10 @@ void progress(bench_run *R, const char *fmt, ...)
 #endif
     ;
 
+/* options.c: 0, or the exit status (2) after a one-line error; exits 0 for --help and
+ * --version */
+int    bench_parse_args(bench_run *R, int argc, char **argv);
+
 /* rungs.c */
 int    rung_list(const bench_run *R, rung_spec *out, int max);
 int    rung_measure(bench_run *R, const rung_spec *rs, bench_problem *p, int backward,
@@ -216,7 +228,13 @@ void   sweep_tiles(bench_run *R);
 void   sweep_seqlen(bench_run *R);
 void   sweep_full(bench_run *R);
 
+/* gpu.c */
+int    sweep_count_gpu(const bench_run *R);
+void   sweep_gpu(bench_run *R);
+void   gpu_describe(const bench_run *R, FILE *f, fa_context *ctx);
+
 /* report.c */
+bench_result *results_add(bench_results *r);
 void   report_table(const bench_run *R, FILE *f);
 int    report_csv(const bench_run *R, const char *path);
 void   fmt_bytes(double b, char *buf, size_t len);

@@ -1,9 +1,9 @@
 # bench/local.mk - flashattn-bench, the teaching-ladder benchmark (uses only the public API).
 bin_PROGRAMS += bench/flashattn-bench
 bench_flashattn_bench_SOURCES = \
-	bench/bench.h bench/main.c bench/data.c bench/oracle_bwd.c bench/naive.c \
+	bench/bench.h bench/main.c bench/options.c bench/data.c bench/oracle_bwd.c bench/naive.c \
 	bench/peak.c bench/measure.c bench/rungs.c bench/sweeps.c bench/report.c bench/plot.c \
-	bench/cudrv.c bench/cudrv.h
+	bench/cudrv.c bench/cudrv.h bench/gpu.c
 bench_flashattn_bench_CPPFLAGS = -I$(top_srcdir)/include
 bench_flashattn_bench_CFLAGS = $(AM_CFLAGS) $(BLAS_CFLAGS)
 bench_flashattn_bench_LDADD = libflashattn.la -lm $(BLAS_LIBS)
