@@ -166,10 +166,11 @@ static int64_t par_heads(int par, int64_t units)
     return par < units ? par : units < 1 ? 1 : units;
 }
 
-size_t naive_extra_bytes(const bench_problem *p, int threads, int backward)
+size_t naive_extra_bytes(const bench_problem *p, int threads, int backward, int blas)
 {
     const bench_shape *sh = &p->sh;
     int64_t units = backward ? sh->B * sh->Hkv : sh->B * sh->H;
+    if (blas && units < threads) threads = 1;          /* heads in turn, BLAS threads */
     size_t one = (size_t)sh->Sq * (size_t)sh->Sk * sizeof(float) * (backward ? 2 : 1);
     size_t grads = backward ? sizeof(float) * (size_t)(sh->B * sh->d) *
                                   (size_t)(sh->Sq * sh->H + 2 * sh->Sk * sh->Hkv) : 0;

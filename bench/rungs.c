@@ -296,7 +296,7 @@ int rung_measure(bench_run *R, const rung_spec *rs, bench_problem *p, int backwa
                  backward ? "S, P, dV, dP, dS, dQ, dK (2 S x S fp32)"
                           : "S=QK^T, softmax, PV (S x S fp32)",
                  rs->kind == IMPL_NAIVE ? "loops" : "cblas_sgemm");
-        res->extra_model = (double)naive_extra_bytes(p, threads, backward);
+        res->extra_model = (double)naive_extra_bytes(p, threads, backward, rs->kind == IMPL_BLAS);
         res->io_model = backward ? io_model_standard_bwd(sh) : io_model_standard(sh);
     } else {
         reset = rss_reset_peak();               /* the context's own allocations count */

@@ -236,7 +236,7 @@ void sweep_seqlen(bench_run *R)
 
         progress(R, "seqlen: naive S=%lld", (long long)S[i]);
         r = results_add(&R->res);
-        double need = (double)naive_extra_bytes(&p, R->threads, 0);
+        double need = (double)naive_extra_bytes(&p, R->threads, 0, 0);
         if (!have) need = 4.0 * (double)S[i] * (double)S[i];
         if (need > (double)R->mem_cap_mib * 1048576.0)
             skip(r, "naive-seq", "naive", &sh, R->threads,
