@@ -125,8 +125,9 @@ static void write_results(bench_run *R, FILE *info)
     progress(R, "writing the table, CSV and plots");
     if (R->csv_stdout) report_csv(R, "-");
     else report_table(R, stdout);
+    fputc('\n', info);
     if (R->csv_path) {
-        if (report_csv(R, R->csv_path) == 0) fprintf(info, "\nwrote %s\n", R->csv_path);
+        if (report_csv(R, R->csv_path) == 0) fprintf(info, "wrote %s\n", R->csv_path);
         else fprintf(stderr, "flashattn-bench: cannot write %s\n", R->csv_path);
     }
     if (mkdir_p(R->out_dir)) {
@@ -134,7 +135,7 @@ static void write_results(bench_run *R, FILE *info)
         return;
     }
     snprintf(path, sizeof path, "%s/results.csv", R->out_dir);
-    if (report_csv(R, path) == 0) fprintf(info, "\nwrote %s\n", path);
+    if (report_csv(R, path) == 0) fprintf(info, "wrote %s\n", path);
     else fprintf(stderr, "flashattn-bench: cannot write %s\n", path);
     if (R->gpu_sweep) return;                    /* the plots are of the CPU sections */
     snprintf(path, sizeof path, "%s/bench.svg", R->out_dir);

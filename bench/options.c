@@ -250,5 +250,8 @@ int bench_parse_args(bench_run *R, int argc, char **argv)
     R->mode_tiles = all || !strcmp(mode, "tiles");
     R->mode_seqlen = all || !strcmp(mode, "seqlen");
     R->mode_sweep = ((all && R->full) || !strcmp(mode, "sweep")) && !R->gpu_sweep;
+    if (R->gpu_sweep && sweep_count_gpu(R) == 0)
+        return bad("%s", "no cell of the GPU sweep has the --dtype, --headdim, --seqlen and "
+                   "--causal given (d 64/128/256, S 512..16384)");
     return 0;
 }
