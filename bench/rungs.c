@@ -280,7 +280,7 @@ int rung_measure(bench_run *R, const rung_spec *rs, bench_problem *p, int backwa
         if (rs->kind == IMPL_BLAS && !blas_available()) {
             res->status = RES_NA;
             snprintf(res->note, sizeof res->note,
-                     "unfused blas: not built (configure found no openblas)");
+                     "unfused blas: not in this build (no CBLAS when it was built)");
             return RES_NA;
         }
         size_t n = (size_t)(sh->B * sh->Sq * sh->H * sh->d);
