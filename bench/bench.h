@@ -6,12 +6,14 @@
  * checked against a double-precision oracle before it is timed, and every figure printed
  * is either measured in this run or computed from a stated model (and labelled so).
  *
- * Files: main.c (options, plan), data.c (buffers, dtypes, oracle check of the forward),
- * oracle_bwd.c (oracle check of the backward), naive.c (naive and unfused BLAS rungs),
- * peak.c (FMA-throughput ceiling), measure.c (clocks, RSS, perf counters, IO model),
- * rungs.c (one measurement: create, check, time), sweeps.c (tiles, seqlen, --full),
- * report.c (table and CSV), plot.c (SVG and gnuplot), cudrv.c (the CUDA driver API through
- * dlopen, and the problem in device memory for the CUDA rung).
+ * Files: main.c (the plan of a run), options.c (the command line), data.c (buffers,
+ * dtypes, oracle check of the forward), oracle_bwd.c (oracle check of the backward),
+ * naive.c (naive and unfused BLAS rungs, forward and backward), peak.c (FMA-throughput
+ * ceiling), measure.c (clocks, RSS, perf counters, IO model), rungs.c (one measurement:
+ * create, check, time), sweeps.c (the CPU sections: ladder, tiles, seqlen, CPU sweep),
+ * gpu.c (the device's description and the GPU sweep), report.c (progress, results, table
+ * and CSV), plot.c (SVG and gnuplot), cudrv.c (the CUDA driver API through dlopen, and the
+ * problem in device memory).
  *
  * Only the public API of flashattn is used: #include <flashattn.h>. The CUDA rung also
  * needs device memory, which it gets from the CUDA driver, loaded at run time (cudrv.c):
@@ -60,14 +62,15 @@ float  bp_load(const void *data, fa_dtype t, size_t i);
 void   bp_store(void *data, fa_dtype t, size_t i, float x);
 const char *bp_dtype_name(fa_dtype t);
 int    bp_parse_dtype(const char *s, fa_dtype *t);
-double bp_flops(const bench_shape *sh, int backward); /* the PERFORMANCE.md convention */
+double bp_flops(const bench_shape *sh, int backward); /* useful FLOPs: see data.c     */
 double bp_scale(const bench_shape *sh);
 size_t bp_io_bytes(const bench_shape *sh);            /* q, k, v, out in storage dtype */
 void   bp_shape_str(const bench_shape *sh, char *buf, size_t len);
 
 /* Oracle check of a forward output (storage dtype `odt` at `out`, layout of p->out) on a
- * subset of rows: max |err| against double, the tolerance of TESTING.md sized from a
- * same-precision naive computation of the same rows. Returns 1 on pass. */
+ * subset of rows: max |err| against double, the tolerance of the project's one rule
+ * (docs/testing.md) sized from a same-precision naive computation of the same rows.
+ * Returns 1 on pass. */
 typedef struct { double err, tol, ref_max; int rows; int nan; } bench_check;
 int    check_forward(const bench_problem *p, const void *out, fa_dtype odt, int nrows,
                      bench_check *c);
@@ -99,12 +102,14 @@ typedef struct {
     const char *label;               /* "naive", "cpu avx2", ...                          */
 } rung_spec;
 
-/* naive.c: out (fp32, layout of q) from the fp32 copies. Returns 0, or -1 (no memory). */
-int    naive_forward(const bench_problem *p, float *out, int threads);
-size_t naive_extra_bytes(const bench_problem *p, int threads);
+/* naive.c: the unfused algorithm (naive: plain loops; blas: cblas_sgemm) from the fp32
+ * copies. out, dq: fp32 in the layout of q; dk, dv: fp32 in the layout of k. Returns 0, or
+ * -1 (no memory, or no BLAS in this build). */
+int    naive_forward(const bench_problem *p, float *out, int threads, int blas);
+int    naive_backward(const bench_problem *p, float *dq, float *dk, float *dv, int threads,
+                      int blas);
+size_t naive_extra_bytes(const bench_problem *p, int threads, int backward, int blas);
 int    blas_available(void);
-int    blas_forward(const bench_problem *p, float *out, int threads);
-size_t blas_extra_bytes(const bench_problem *p, int threads);
 
 /* ------------------------------------------------------------------ measurement ---- */
 
@@ -127,6 +132,7 @@ void   caches_from_describe(const char *desc, bench_caches *c);
 
 /* IO model of the FlashAttention paper, in bytes (elements * storage size). */
 double io_model_standard(const bench_shape *sh);
+double io_model_standard_bwd(const bench_shape *sh);
 double io_model_flash(const bench_shape *sh, long br);
 
 typedef struct {
@@ -144,7 +150,7 @@ double peak_for(const bench_peak *pk, int threads, fa_dtype dt);
 enum { RES_OK = 0, RES_FAIL, RES_NA, RES_SKIP };
 
 typedef struct {
-    char   section[12];                   /* ladder tiles seqlen naive-seq full decode */
+    char   section[12];                   /* ladder tiles seqlen naive-seq full decode gpu */
     char   impl[32];
     char   kernel[96];
     char   dir[4];                        /* fwd / bwd                                  */
@@ -167,13 +173,12 @@ typedef struct {
     bench_result *v;
     int n, cap;
 } bench_results;
-bench_result *results_add(bench_results *r);
 
 /* ------------------------------------------------------------------ the run -------- */
 
 typedef struct {
     const char *backend;                   /* --backend: all|naive|blas|reference|cpu|cuda */
-    const char *isa;                       /* --isa: generic|avx2|avx512, NULL = each       */
+    const char *isa;                       /* --isa: generic|avx2|avx512|amx, NULL = each   */
     bench_shape sh;
     int    threads;                        /* 0 = all                                   */
     int    bq, bkv;                        /* --tiles                                   */
@@ -185,6 +190,12 @@ typedef struct {
     int    csv_stdout;
     const char *out_dir;
     int    check_rows;
+    int    ladder_bwd;                     /* the ladder's backward rungs (default on)    */
+    int    gpu_sweep;                      /* --backend cuda --mode sweep                 */
+    int    set_dtype, set_d, set_s;        /* given on the command line (GPU sweep filter) */
+    double warmup_s;                       /* seconds of calls before the next timing     */
+    const char *csv_path;                  /* --csv FILE                                  */
+    char   cuda_why[512];                  /* why no CUDA context, "" when there is one   */
     long   mem_cap_mib;                    /* naive S x S cap                            */
     /* filled while running */
     int    nthreads_all;
@@ -195,11 +206,16 @@ typedef struct {
     char   best_isa[16];                   /* best CPU kernel set that passed            */
 } bench_run;
 
+/* report.c: "[step/steps] what ..." on stderr */
 void progress(bench_run *R, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+
+/* options.c: 0, or the exit status (2) after a one-line error; exits 0 for --help and
+ * --version */
+int    bench_parse_args(bench_run *R, int argc, char **argv);
 
 /* rungs.c */
 int    rung_list(const bench_run *R, rung_spec *out, int max);
@@ -216,7 +232,13 @@ void   sweep_tiles(bench_run *R);
 void   sweep_seqlen(bench_run *R);
 void   sweep_full(bench_run *R);
 
+/* gpu.c */
+int    sweep_count_gpu(const bench_run *R);
+void   sweep_gpu(bench_run *R);
+void   gpu_describe(const bench_run *R, FILE *f, fa_context *ctx);
+
 /* report.c */
+bench_result *results_add(bench_results *r);
 void   report_table(const bench_run *R, FILE *f);
 int    report_csv(const bench_run *R, const char *path);
 void   fmt_bytes(double b, char *buf, size_t len);

@@ -29,6 +29,12 @@ static struct {
     CUresult (*MemcpyDtoH)(void *, CUdeviceptr, size_t);
     CUresult (*MemGetInfo)(size_t *, size_t *);
     CUresult (*GetErrorString)(CUresult, const char **);
+    CUresult (*EventCreate)(CUevent *, unsigned);
+    CUresult (*EventDestroy)(CUevent);
+    CUresult (*EventRecord)(CUevent, void *);
+    CUresult (*EventSynchronize)(CUevent);
+    CUresult (*EventElapsedTime)(float *, CUevent, CUevent);
+    CUevent ev[2];
     CUdevice dev;
     CUcontext ctx;
     int open;
@@ -72,6 +78,11 @@ static int load(void)
         { (void **)&D.MemcpyDtoH, "cuMemcpyDtoH_v2" },
         { (void **)&D.MemGetInfo, "cuMemGetInfo_v2" },
         { (void **)&D.GetErrorString, "cuGetErrorString" },
+        { (void **)&D.EventCreate, "cuEventCreate" },
+        { (void **)&D.EventDestroy, "cuEventDestroy_v2" },
+        { (void **)&D.EventRecord, "cuEventRecord" },
+        { (void **)&D.EventSynchronize, "cuEventSynchronize" },
+        { (void **)&D.EventElapsedTime, "cuEventElapsedTime" },
     };
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
         *syms[i].fn = dlsym(h, syms[i].name);
@@ -125,6 +136,9 @@ int cudrv_open(int device, char *why, size_t len)
 void cudrv_close(void)
 {
     if (!D.open) return;
+    for (int i = 0; i < 2; i++)
+        if (D.ev[i]) D.EventDestroy(D.ev[i]);
+    D.ev[0] = D.ev[1] = NULL;
     CUcontext c;
     D.CtxPopCurrent(&c);
     D.PrimaryCtxRelease(D.dev);
@@ -171,6 +185,24 @@ CUresult cudrv_download(void *dst, CUdeviceptr src, size_t bytes)
     return D.MemcpyDtoH(dst, src, bytes);
 }
 CUresult cudrv_sync(void) { return D.CtxSynchronize(); }
+
+CUresult cudrv_timer_start(void)
+{
+    CUresult r = 0;
+    for (int i = 0; i < 2 && r == 0; i++)
+        if (!D.ev[i]) r = D.EventCreate(&D.ev[i], 0);
+    return r ? r : D.EventRecord(D.ev[0], NULL);
+}
+
+CUresult cudrv_timer_stop(double *seconds)
+{
+    float ms = 0;
+    CUresult r = D.EventRecord(D.ev[1], NULL);
+    if (r == 0) r = D.EventSynchronize(D.ev[1]);
+    if (r == 0) r = D.EventElapsedTime(&ms, D.ev[0], D.ev[1]);
+    *seconds = 1e-3 * ms;
+    return r;
+}
 
 /* ------------------------------------------------------- the problem on the device --- */
 

@@ -16,6 +16,7 @@ typedef int CUresult;                          /* 0 = CUDA_SUCCESS              
 typedef int CUdevice;
 typedef struct CUctx_st *CUcontext;
 typedef unsigned long long CUdeviceptr;
+typedef struct CUevent_st *CUevent;
 
 /* CUdevice_attribute values used by the hierarchy section */
 enum {
@@ -46,6 +47,10 @@ CUresult cudrv_free(CUdeviceptr p);
 CUresult cudrv_upload(CUdeviceptr dst, const void *src, size_t bytes);
 CUresult cudrv_download(void *dst, CUdeviceptr src, size_t bytes);
 CUresult cudrv_sync(void);                     /* cuCtxSynchronize                      */
+/* Device time of the work queued on the default stream between start and stop: two CUDA
+ * events around it (stop waits for the second). */
+CUresult cudrv_timer_start(void);
+CUresult cudrv_timer_stop(double *seconds);
 
 /* ---- the bench problem on the device ---------------------------------------------- */
 

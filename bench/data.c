@@ -106,8 +106,10 @@ int bp_parse_dtype(const char *s, fa_dtype *t)
 
 /* ------------------------------------------------------------------ figures ----- */
 
-/* Useful FLOPs (PERFORMANCE.md): 4*B*H*Sq*Sk*d, halved for causal when Sq = Sk; for a
- * causal Sq != Sk the visible (i, j) pairs are counted; backward = 2.5 x forward. */
+/* Useful FLOPs, the convention of the FlashAttention papers and of the project's targets:
+ * 4*B*H*Sq*Sk*d (two products of 2 FLOPs per multiply-add), halved for causal when
+ * Sq = Sk; for a causal Sq != Sk the visible (i, j) pairs are counted. The backward counts
+ * 2.5 x the forward (five products: S again, dV, dP, dQ, dK). */
 double bp_flops(const bench_shape *sh, int backward)
 {
     double pairs = (double)sh->Sq * (double)sh->Sk;

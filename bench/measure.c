@@ -178,6 +178,16 @@ double io_model_standard(const bench_shape *sh)
     return per_head * (double)sh->B * (double)sh->H;
 }
 
+/* The unfused backward per head: read Q, K, V, dO and write dQ, dK, dV (storage dtype),
+ * and ten passes over an N x N fp32 matrix: S written, soft-maxed (read + write), P read
+ * for dV, dP written, P and dP read and dS written, dS read for dQ and again for dK. */
+double io_model_standard_bwd(const bench_shape *sh)
+{
+    double es = (double)fa_dtype_size(sh->dtype), d = (double)sh->d;
+    double per_head = es * d * (4.0 * sh->Sq + 6.0 * sh->Sk) + 10.0 * 4.0 * pairs(sh);
+    return per_head * (double)sh->B * (double)sh->H;
+}
+
 /* Flash per head: Q read once and O written once (2 N d); K and V read once per block of
  * br query rows that stays in cache: 2 d * pairs / br, at least 2 Sk d. With br = M/(4d)
  * this is the paper's Theta(N^2 d^2 / M). */

@@ -1,7 +1,8 @@
 /* plot.c - the plots: an SVG written here (always), and a PNG through gnuplot when it is on
  * PATH. Three panels, each from measured points only (skipped and failed points are left
  * out, never interpolated):
- *   1. the ladder: GFLOP/s per rung (log scale) against the measured FMA peak,
+ *   1. the ladder: GFLOP/s per rung, forward then backward (log scale), against the
+ *      measured FMA peak,
  *   2. the block-size sweep: GFLOP/s vs block_kv, with the block_kv at which the K+V tile
  *      fills L1d and L2 marked (the cache cliff),
  *   3. the sequence-length sweep: flash and naive GFLOP/s vs S, with the S at which the
@@ -142,6 +143,7 @@ static void ladder_bars(FILE *f, const bench_run *R, double y0)
         else snprintf(buf, sizeof buf, "%.3g (%.1f%%)", ok[i]->gflops, ok[i]->pct_peak);
         svg_text(f, x + bw * 0.35, y - 4, "middle", 11, buf);
         svg_text(f, x + bw * 0.35, B + 16, "middle", 12, ok[i]->impl);
+        if (!strcmp(ok[i]->dir, "bwd")) svg_text(f, x + bw * 0.35, B + 30, "middle", 11, "backward");
     }
     if (peak > 0) {
         char buf[64];
@@ -234,7 +236,7 @@ int plot_gnuplot(const bench_run *R, const char *dir, char *png, size_t len)
             npts[k]++;
             if (k == 0) {
                 char name[40];
-                snprintf(name, sizeof name, "%s", r->impl);
+                snprintf(name, sizeof name, "%s%s", r->impl, strcmp(r->dir, "bwd") ? "" : " bwd");
                 for (char *c = name; *c; c++) if (*c == ' ') *c = '-';
                 fprintf(f, "%s %g\n", name, r->gflops);
             } else if (k == 1) {

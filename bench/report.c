@@ -1,4 +1,5 @@
-/* report.c - the summary table (stdout) and results.csv.
+/* report.c - the results: progress lines (stderr), the list of results, the summary
+ * table (stdout) and results.csv.
  *
  * Every number is either measured in this run or computed from a named model; a figure
  * that could not be obtained is printed as "n/a" or "-" with the reason, never invented.
@@ -6,8 +7,37 @@
  */
 #include "config.h"
 #include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 #include "bench.h"
+
+void progress(bench_run *R, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "[%d/%d] ", ++R->step, R->nsteps);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, " ...\n");
+    va_end(ap);
+}
+
+bench_result *results_add(bench_results *r)
+{
+    if (r->n == r->cap) {
+        int cap = r->cap ? 2 * r->cap : 64;
+        bench_result *v = realloc(r->v, (size_t)cap * sizeof *v);
+        if (!v) {
+            fprintf(stderr, "flashattn-bench: out of memory\n");
+            exit(1);
+        }
+        r->v = v, r->cap = cap;
+    }
+    bench_result *x = &r->v[r->n++];
+    memset(x, 0, sizeof *x);
+    x->rss_delta = x->io_meas = -1;
+    return x;
+}
 
 void fmt_bytes(double b, char *buf, size_t len)
 {
@@ -52,24 +82,25 @@ static int count(const bench_run *R, const char *section)
     return n;
 }
 
-static void ladder(const bench_run *R, FILE *f)
+/* A row's reason, shortened when it is the CUDA line of the header (said once there). */
+static const char *na_note(const bench_run *R, const bench_result *r, char *buf, size_t len)
 {
-    char shape[128], a[32], b[32], c[32], d[32], t[96];
-    bp_shape_str(&R->sh, shape, sizeof shape);
-    fprintf(f, "\n== Ladder: %s, %.3g GFLOP per call (4*B*H*Sq*Sk*d%s), %d threads ==\n",
-            shape, bp_flops(&R->sh, 0) / 1e9,
-            !R->sh.causal ? "" : R->sh.Sq == R->sh.Sk ? " / 2" : ", visible pairs only",
-            R->threads);
-    fprintf(f, "%-13s %-5s %-9s %-28s %9s %7s %11s %11s %11s %11s\n", "rung", "check",
-            "max err", "time median (min..max, n)", "GFLOP/s", "%peak", "extra mem",
-            "peak RSS +", "DRAM", "DRAM");
-    fprintf(f, "%-13s %-5s %-9s %-28s %9s %7s %11s %11s %11s %11s\n", "", "", "", "", "", "",
-            "(model)", "(measured)", "(modeled)", "(measured)");
+    if (r->status == RES_NA && R->cuda_why[0] && strstr(r->note, R->cuda_why)) {
+        snprintf(buf, len, "%s: not available (the 'CUDA: not available' line above)", r->impl);
+        return buf;
+    }
+    return r->note;
+}
+
+static void ladder_rows(const bench_run *R, FILE *f, const char *dir)
+{
+    char a[32], b[32], c[32], d[32], t[96], why[160];
     for (int i = 0; i < R->res.n; i++) {
         const bench_result *r = &R->res.v[i];
-        if (strcmp(r->section, "ladder")) continue;
+        if (strcmp(r->section, "ladder") || strcmp(r->dir, dir)) continue;
         if (r->status == RES_NA || r->status == RES_SKIP) {
-            fprintf(f, "%-13s %-5s %s\n", r->impl, status_word(r->status), r->note);
+            fprintf(f, "%-13s %-5s %s\n", r->impl, status_word(r->status),
+                    na_note(R, r, why, sizeof why));
             continue;
         }
         time_str(r, t, sizeof t);
@@ -90,11 +121,35 @@ static void ladder(const bench_run *R, FILE *f)
         fprintf(f, "%-13s %-5s %-9.2g %-28s %9.2f %s %11s %11s %11s %11s\n", r->impl,
                 "PASS", r->err, t, r->gflops, pct, a, b, c, d);
     }
+}
+
+static void ladder(const bench_run *R, FILE *f)
+{
+    char shape[128];
+    bp_shape_str(&R->sh, shape, sizeof shape);
+    fprintf(f, "\n== Ladder: %s, %.3g GFLOP per forward (4*B*H*Sq*Sk*d%s), backward 2.5x, "
+            "%d threads ==\n", shape, bp_flops(&R->sh, 0) / 1e9,
+            !R->sh.causal ? "" : R->sh.Sq == R->sh.Sk ? " / 2" : ", visible pairs only",
+            R->threads);
+    fprintf(f, "%-13s %-5s %-9s %-28s %9s %7s %11s %11s %11s %11s\n", "rung", "check",
+            "max err", "time median (min..max, n)", "GFLOP/s", "%peak", "extra mem",
+            "peak RSS +", "DRAM", "DRAM");
+    fprintf(f, "%-13s %-5s %-9s %-28s %9s %7s %11s %11s %11s %11s\n", "", "", "", "", "", "",
+            "(model)", "(measured)", "(modeled)", "(measured)");
+    fprintf(f, "-- forward --\n");
+    ladder_rows(R, f, "fwd");
+    int nb = 0;
+    for (int i = 0; i < R->res.n; i++)
+        nb += !strcmp(R->res.v[i].section, "ladder") && !strcmp(R->res.v[i].dir, "bwd");
+    if (nb) {
+        fprintf(f, "-- backward (dq, dk, dv; out and lse from a forward before the timing) --\n");
+        ladder_rows(R, f, "bwd");
+    }
     fprintf(f, "kernels:\n");
     for (int i = 0; i < R->res.n; i++) {
         const bench_result *r = &R->res.v[i];
         if (!strcmp(r->section, "ladder") && r->kernel[0])
-            fprintf(f, "  %-13s %s%s%s\n", r->impl, r->kernel,
+            fprintf(f, "  %-13s %s %s%s%s\n", r->impl, r->dir, r->kernel,
                     r->threads != R->threads && !r->device ? "  [runs on 1 thread]" : "", "");
     }
     for (int i = 0; i < R->res.n; i++) {
@@ -197,31 +252,33 @@ static void seqlen(const bench_run *R, FILE *f)
 static void full(const bench_run *R, FILE *f, const char *section)
 {
     char shape[128], t[96];
-    int gpu = 0;
-    for (int i = 0; i < R->res.n; i++)
-        gpu |= !strcmp(R->res.v[i].section, section) && R->res.v[i].device;
-    fprintf(f, "\n== %s ==\n", gpu ? "CUDA: the problem of the command line, forward and "
-                                     "backward; FLOPs bwd = 2.5 x fwd"
+    int gpu = !strcmp(section, "gpu");
+    fprintf(f, "\n== %s ==\n", gpu ? "GPU sweep: 16k tokens per call (B = 16384/S), H = 2048/d; "
+                                     "FLOPs bwd = 2.5 x fwd; time: CUDA events"
                                : !strcmp(section, "full")
-                                   ? "CPU sweep (PERFORMANCE.md): B=1 H=16; FLOPs bwd = 2.5 x fwd"
+                                   ? "CPU sweep: B=1 H=16; FLOPs bwd = 2.5 x fwd"
                                    : "Decode (Sq = 1, GQA 32:8) and the paged KV cache");
-    fprintf(f, "%-40s %-4s %4s %-6s %-28s %9s %7s\n", "shape", "dir", "thr", "check",
-            "time median (min..max, n)", "GFLOP/s", "%peak");
+    fprintf(f, "%-40s %-4s %4s %-6s %-28s %9s %7s\n", "shape", "dir", gpu ? "" : "thr", "check",
+            "time median (min..max, n)", gpu ? "TFLOP/s" : "GFLOP/s", gpu ? "" : "%peak");
     for (int i = 0; i < R->res.n; i++) {
         const bench_result *r = &R->res.v[i];
         if (strcmp(r->section, section)) continue;
         bp_shape_str(&r->sh, shape, sizeof shape);
+        char thr[8] = "";
+        if (!gpu) snprintf(thr, sizeof thr, "%d", r->threads);
         if (r->status != RES_OK) {
-            fprintf(f, "%-40s %-4s %4d %-6s %s\n", shape, r->dir, r->threads,
-                    status_word(r->status), r->note);
+            fprintf(f, "%-40s %-4s %4s %-6s %s\n", shape, r->dir, thr, status_word(r->status),
+                    r->note);
             continue;
         }
         time_str(r, t, sizeof t);
-        char pct[16];
-        if (r->device) snprintf(pct, sizeof pct, "%7s", "-");
-        else snprintf(pct, sizeof pct, "%6.1f%%", r->pct_peak);
-        fprintf(f, "%-40s %-4s %4d %-6s %-28s %9.2f %s%s\n", shape, r->dir, r->threads,
-                "PASS", t, r->gflops, pct, r->device ? "  (GPU)" : "");
+        if (gpu) {
+            fprintf(f, "%-40s %-4s %4s %-6s %-28s %9.1f\n", shape, r->dir, thr, "PASS", t,
+                    r->gflops / 1e3);
+            continue;
+        }
+        fprintf(f, "%-40s %-4s %4s %-6s %-28s %9.2f %6.1f%%\n", shape, r->dir, thr, "PASS", t,
+                r->gflops, r->pct_peak);
     }
 }
 
@@ -232,6 +289,10 @@ void report_table(const bench_run *R, FILE *f)
     if (count(R, "seqlen")) seqlen(R, f);
     if (count(R, "full")) full(R, f, "full");
     if (count(R, "decode")) full(R, f, "decode");
+    if (count(R, "gpu")) {
+        full(R, f, "gpu");
+        return;                                /* no CPU ceiling in a GPU sweep */
+    }
     fprintf(f, "\n%%peak: against the FMA peak measured above for the rung's thread count%s. "
             "DRAM (modeled): the FlashAttention IO model; (measured): LL misses x 64 B.\n",
             R->peak.amx_1 > 0 && R->sh.dtype == FA_BF16 ? " (bf16: the AMX tile peak)"

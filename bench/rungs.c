@@ -14,10 +14,14 @@
 #include "bench.h"
 #include "cudrv.h"
 
+static int amx_present(void);
+
+/* The ladder's rungs as --backend and --isa leave them. The AMX kernel set is a rung where
+ * the machine has it (or --isa amx asks for it: then a machine without it shows why). */
 int rung_list(const bench_run *R, rung_spec *out, int max)
 {
-    static const char *isas[] = { "generic", "avx2", "avx512" };
-    static const char *labels[] = { "cpu generic", "cpu avx2", "cpu avx512" };
+    static const char *isas[] = { "generic", "avx2", "avx512", "amx" };
+    static const char *labels[] = { "cpu generic", "cpu avx2", "cpu avx512", "cpu amx" };
     const char *b = R->backend ? R->backend : "all";
     int all = !strcmp(b, "all"), n = 0;
     if ((all || !strcmp(b, "naive")) && n < max)
@@ -27,9 +31,10 @@ int rung_list(const bench_run *R, rung_spec *out, int max)
     if ((all || !strcmp(b, "reference")) && n < max)
         out[n++] = (rung_spec){ IMPL_FA, FA_BACKEND_REFERENCE, NULL, "reference" };
     if (all || !strcmp(b, "cpu"))
-        for (int i = 0; i < 3 && n < max; i++)
-            if (!R->isa || !strcmp(R->isa, isas[i]))
-                out[n++] = (rung_spec){ IMPL_FA, FA_BACKEND_CPU, isas[i], labels[i] };
+        for (int i = 0; i < 4 && n < max; i++) {
+            if (R->isa ? strcmp(R->isa, isas[i]) != 0 : (i == 3 && !amx_present())) continue;
+            out[n++] = (rung_spec){ IMPL_FA, FA_BACKEND_CPU, isas[i], labels[i] };
+        }
     if ((all || !strcmp(b, "cuda")) && n < max)
         out[n++] = (rung_spec){ IMPL_FA, FA_BACKEND_CUDA, NULL, "cuda" };
     return n;
@@ -51,6 +56,21 @@ static void env_pop(const char *isa, char *saved)
         else unsetenv("FA_CPU_ISA");
     }
     free(saved);
+}
+
+/* Whether a CPU context can be created with FA_CPU_ISA=amx (the library checks the CPU
+ * and the kernel's permission for the AMX state there). */
+static int amx_present(void)
+{
+    static int known = -1;
+    if (known < 0) {
+        fa_context *ctx = NULL;
+        char *saved = env_push("amx");
+        known = fa_context_create(&ctx, FA_BACKEND_CPU) == FA_OK;
+        env_pop("amx", saved);
+        fa_context_destroy(ctx);
+    }
+    return known;
 }
 
 void rung_describe(const char *isa, char *buf, size_t len)
@@ -118,6 +138,8 @@ typedef struct {
     int device;                     /* a CUDA context: dev holds the problem, cudrv is open */
     bench_dev dev;
     CUresult cu_err;                /* the first device error seen by run_once            */
+    int events;                     /* time each device call with CUDA events: t_dev       */
+    double t_dev;
 } call_env;
 
 static void env_tensors_host(call_env *e)
@@ -134,14 +156,38 @@ static void env_tensors_dev(call_env *e)
     e->tdout = &d->tdout, e->tdq = &d->tdq, e->tdk = &d->tdk, e->tdv = &d->tdv;
 }
 
-/* One call. On a device the call is queued: run_once waits for it (cuCtxSynchronize), so
- * that a timing around run_once covers the work and an error of the kernels shows here. */
+/* The naive or unfused-BLAS rung. Its backward writes fp32 gradients: straight into
+ * p->dq, dk, dv for an f32 problem, else into outf, then rounded to the storage dtype. */
+static int run_unfused(call_env *e)
+{
+    bench_problem *p = e->p;
+    const bench_shape *sh = &p->sh;
+    int blas = e->rs->kind == IMPL_BLAS;
+    if (!e->backward) return naive_forward(p, e->outf, e->threads, blas);
+    size_t nq = (size_t)(sh->B * sh->Sq * sh->H * sh->d);
+    size_t nk = (size_t)(sh->B * sh->Sk * sh->Hkv * sh->d);
+    if (sh->dtype == FA_F32)
+        return naive_backward(p, p->dq, p->dk, p->dv, e->threads, blas);
+    float *dq = e->outf, *dk = dq + nq, *dv = dk + nk;
+    if (naive_backward(p, dq, dk, dv, e->threads, blas)) return -1;
+    for (size_t i = 0; i < nq; i++) bp_store(p->dq, sh->dtype, i, dq[i]);
+    for (size_t i = 0; i < nk; i++) bp_store(p->dk, sh->dtype, i, dk[i]);
+    for (size_t i = 0; i < nk; i++) bp_store(p->dv, sh->dtype, i, dv[i]);
+    return 0;
+}
+
+/* One call. On a device the call is queued: run_once waits for it (cuCtxSynchronize, or
+ * the second of two CUDA events around it when e->events), so that a timing around
+ * run_once covers the work and an error of the kernels shows here. */
 static int run_once(call_env *e)
 {
     bench_problem *p = e->p;
-    if (e->rs->kind == IMPL_NAIVE) return naive_forward(p, e->outf, e->threads);
-    if (e->rs->kind == IMPL_BLAS) return blas_forward(p, e->outf, e->threads);
+    if (e->rs->kind != IMPL_FA) return run_unfused(e);
     fa_status st;
+    if (e->device && e->events && !e->cu_err) {
+        CUresult r = cudrv_timer_start();
+        if (r != 0) e->cu_err = r;
+    }
     if (e->backward)
         st = fa_backward(e->ctx, e->tdq, e->tdk, e->tdv, NULL, e->tdout, e->tq, e->tk, e->tv,
                          e->tout, e->lse, &e->opt);
@@ -151,7 +197,7 @@ static int run_once(call_env *e)
     else
         st = fa_forward(e->ctx, e->tout, e->lse, e->tq, e->tk, e->tv, &e->opt);
     if (st == FA_OK && e->device) {
-        CUresult r = cudrv_sync();
+        CUresult r = e->events ? cudrv_timer_stop(&e->t_dev) : cudrv_sync();
         if (r != 0) {
             if (!e->cu_err) e->cu_err = r;
             return -1;
@@ -175,11 +221,6 @@ static int device_setup(call_env *e, bench_result *res)
 {
     const bench_shape *sh = &e->p->sh;
     char why[240];
-    if (sh->dtype == FA_F32) {
-        snprintf(res->note, sizeof res->note, "%s: unsupported: fp32 q/k/v (the CUDA kernels "
-                 "take fp16 and bf16; the ladder runs this rung in bf16)", e->rs->label);
-        return -1;
-    }
     if (sh->paged) {
         snprintf(res->note, sizeof res->note, "%s: the paged KV cache has no device path in "
                  "this bench", e->rs->label);
@@ -236,18 +277,14 @@ int rung_measure(bench_run *R, const rung_spec *rs, bench_problem *p, int backwa
     const char *br_src = bq > 0 ? "--tiles" : "";
 
     if (rs->kind != IMPL_FA) {
-        if (backward) {
-            res->status = RES_NA;
-            snprintf(res->note, sizeof res->note, "%s: forward only", rs->label);
-            return RES_NA;
-        }
         if (rs->kind == IMPL_BLAS && !blas_available()) {
             res->status = RES_NA;
             snprintf(res->note, sizeof res->note,
-                     "unfused blas: not built (configure found no openblas)");
+                     "unfused blas: not in this build (no CBLAS when it was built)");
             return RES_NA;
         }
         size_t n = (size_t)(sh->B * sh->Sq * sh->H * sh->d);
+        if (backward) n = sh->dtype == FA_F32 ? 1 : n + 2 * (size_t)(sh->B * sh->Sk * sh->Hkv * sh->d);
         e.outf = malloc(n * sizeof(float) + 64);
         if (!e.outf) {
             res->status = RES_NA;
@@ -255,12 +292,12 @@ int rung_measure(bench_run *R, const rung_spec *rs, bench_problem *p, int backwa
             return RES_NA;
         }
         memset(e.outf, 0, n * sizeof(float));
-        snprintf(res->kernel, sizeof res->kernel, "%s",
-                 rs->kind == IMPL_NAIVE ? "bench/naive.c: S=QK^T, softmax, PV (S x S fp32)"
-                                        : "bench/naive.c: cblas_sgemm, softmax, cblas_sgemm");
-        res->extra_model = (double)(rs->kind == IMPL_NAIVE ? naive_extra_bytes(p, threads)
-                                                           : blas_extra_bytes(p, threads));
-        res->io_model = io_model_standard(sh);
+        snprintf(res->kernel, sizeof res->kernel, "bench/naive.c: %s, %s",
+                 backward ? "S, P, dV, dP, dS, dQ, dK (2 S x S fp32)"
+                          : "S=QK^T, softmax, PV (S x S fp32)",
+                 rs->kind == IMPL_NAIVE ? "loops" : "cblas_sgemm");
+        res->extra_model = (double)naive_extra_bytes(p, threads, backward, rs->kind == IMPL_BLAS);
+        res->io_model = backward ? io_model_standard_bwd(sh) : io_model_standard(sh);
     } else {
         reset = rss_reset_peak();               /* the context's own allocations count */
         before = reset ? rss_now_kib() : rss_peak_kib();
@@ -407,6 +444,8 @@ int rung_measure(bench_run *R, const rung_spec *rs, bench_problem *p, int backwa
     if (t_first < 0.05) {                     /* short calls: a few more warm-up runs */
         for (int i = 0; i < 3; i++) run_once(&e);
     }
+    for (double w0 = now_s(); now_s() - w0 < R->warmup_s;) run_once(&e);
+    R->warmup_s = 0;                          /* a one-time warm-up (the GPU's clocks) */
     int n = (int)(R->budget / (t_first > 1e-6 ? t_first : 1e-6));
     if (n > R->repeats) n = R->repeats;
     if (n < 3) n = 3;
@@ -419,8 +458,9 @@ int rung_measure(bench_run *R, const rung_spec *rs, bench_problem *p, int backwa
     if (!e.device) perf_start();         /* host cache misses say nothing about a GPU */
     for (int i = 0; i < n; i++) {
         double s0 = now_s();
+        e.events = e.device;
         run_once(&e);
-        t[i] = now_s() - s0;
+        t[i] = e.device ? e.t_dev : now_s() - s0;
     }
     double bytes = e.device ? -1 : perf_stop_bytes();
     if (e.cu_err) {
@@ -449,8 +489,8 @@ int rung_measure(bench_run *R, const rung_spec *rs, bench_problem *p, int backwa
         cudrv_name(name, sizeof name);
         fmt_bytes((double)e.dev.bytes, io, sizeof io);
         size_t l = strlen(res->note);
-        snprintf(res->note + l, sizeof res->note - l, "; %s; time: host clock around each "
-                 "call with cuCtxSynchronize; rss_delta = device memory held after the first "
+        snprintf(res->note + l, sizeof res->note - l, "; %s; time: CUDA events around each "
+                 "call; rss_delta = device memory held after the first "
                  "call (cuMemGetInfo), beyond the %s of inputs and outputs", name, io);
     }
 done:

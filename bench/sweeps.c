@@ -1,5 +1,5 @@
-/* sweeps.c - what the bench runs: the ladder, the tile sweep, the sequence-length sweep
- * and the --full CPU sweep of PERFORMANCE.md.
+/* sweeps.c - what the bench runs on the CPU: the ladder (forward and backward), the tile
+ * sweep, the sequence-length sweep and the CPU sweep (--mode sweep, --full).
  *
  * A point whose estimated time (from the rate of the previous point of its series) would
  * not fit the per-measurement budget is recorded as skipped with the estimate; nothing is
@@ -59,41 +59,79 @@ static int cpu_wanted(const bench_run *R)
 
 /* ------------------------------------------------------------------- ladder ----- */
 
+/* One ladder rung on p (the CUDA rung of an f32 problem on the same inputs in bf16). */
+static void ladder_rung(bench_run *R, const rung_spec *rs, bench_problem *p, int backward,
+                        bench_result *r)
+{
+    snprintf(r->section, sizeof r->section, "ladder");
+    if (rs->backend == FA_BACKEND_CUDA && p->sh.dtype == FA_F32) {
+        rung_spec cu = *rs;
+        cu.label = "cuda (bf16)";
+        bench_problem pb;
+        if (bp_alloc_converted(&pb, p, FA_BF16)) {
+            snprintf(r->impl, sizeof r->impl, "%s", cu.label);
+            snprintf(r->dir, sizeof r->dir, "%s", backward ? "bwd" : "fwd");
+            r->sh = pb.sh;
+            r->status = RES_NA;
+            snprintf(r->note, sizeof r->note, "cuda: cannot allocate the bf16 inputs");
+        } else {
+            rung_measure(R, &cu, &pb, backward, R->threads, R->bq, R->bkv, r);
+        }
+        bp_free(&pb);
+    } else {
+        rung_measure(R, rs, p, backward, R->threads, R->bq, R->bkv, r);
+    }
+    if (r->status == RES_FAIL) fprintf(stderr, "        %s\n", r->note);
+}
+
+/* The forward rungs, then the backward ones on the same problem. A backward rung whose
+ * call would take (from its forward time, x 2.5) more than the per-measurement budget
+ * allows is recorded as skipped, with the estimate. */
 void sweep_ladder(bench_run *R)
 {
     rung_spec rs[16];
+    double t_fwd[16];
+    int na[16];                        /* the index of a forward row that was n/a, or -1 */
     int n = rung_list(R, rs, 16);
     bench_problem p;
     char shape[128];
     bp_shape_str(&R->sh, shape, sizeof shape);
-    if (bp_alloc(&p, &R->sh, 1)) {
+    if (bp_alloc(&p, &R->sh, 1) || (R->ladder_bwd && bp_alloc_backward(&p, 6))) {
         fprintf(stderr, "flashattn-bench: cannot allocate the ladder problem (%s)\n", shape);
         bp_free(&p);
         return;
     }
     for (int i = 0; i < n; i++) {
-        progress(R, "ladder: %s (%s)", rs[i].label, shape);
+        progress(R, "ladder: %s forward (%s)", rs[i].label, shape);
         bench_result *r = results_add(&R->res);
-        snprintf(r->section, sizeof r->section, "ladder");
-        if (rs[i].backend == FA_BACKEND_CUDA && p.sh.dtype == FA_F32) {
-            /* the CUDA kernels take fp16/bf16: the same inputs rounded to bf16 */
-            rung_spec cu = rs[i];
-            cu.label = "cuda (bf16)";
-            bench_problem pb;
-            if (bp_alloc_converted(&pb, &p, FA_BF16)) {
-                snprintf(r->impl, sizeof r->impl, "%s", cu.label);
-                r->status = RES_NA;
-                snprintf(r->note, sizeof r->note, "cuda: cannot allocate the bf16 inputs");
-            } else {
-                rung_measure(R, &cu, &pb, 0, R->threads, R->bq, R->bkv, r);
-            }
-            bp_free(&pb);
-        } else {
-            rung_measure(R, &rs[i], &p, 0, R->threads, R->bq, R->bkv, r);
-        }
+        ladder_rung(R, &rs[i], &p, 0, r);
+        t_fwd[i] = r->status == RES_OK ? r->t_med : 0;
+        na[i] = r->status == RES_NA ? R->res.n - 1 : -1;
         if (r->status == RES_OK && rs[i].backend == FA_BACKEND_CPU && rs[i].isa)
             snprintf(R->best_isa, sizeof R->best_isa, "%s", rs[i].isa);
-        if (r->status != RES_OK) fprintf(stderr, "        %s\n", r->note);
+    }
+    for (int i = 0; i < n && R->ladder_bwd; i++) {
+        progress(R, "ladder: %s backward (%s)", rs[i].label, shape);
+        bench_result *r = results_add(&R->res);
+        double est = 2.5 * t_fwd[i];
+        if (na[i] >= 0) {                       /* not available: as the forward */
+            *r = R->res.v[na[i]];
+            snprintf(r->dir, sizeof r->dir, "bwd");
+            continue;
+        }
+        if (est * 4 > 3 * R->budget) {
+            snprintf(r->section, sizeof r->section, "ladder");
+            snprintf(r->impl, sizeof r->impl, "%s", rs[i].label);
+            snprintf(r->dir, sizeof r->dir, "bwd");
+            r->sh = p.sh;
+            r->threads = R->threads;
+            r->status = RES_SKIP;
+            snprintf(r->note, sizeof r->note, "skipped: a call would take about %.1f s "
+                     "(2.5 x its forward); budget %.3g s per measurement (--budget)", est,
+                     R->budget);
+            continue;
+        }
+        ladder_rung(R, &rs[i], &p, 1, r);
     }
     bp_free(&p);
 }
@@ -198,7 +236,7 @@ void sweep_seqlen(bench_run *R)
 
         progress(R, "seqlen: naive S=%lld", (long long)S[i]);
         r = results_add(&R->res);
-        double need = (double)naive_extra_bytes(&p, R->threads);
+        double need = (double)naive_extra_bytes(&p, R->threads, 0, 0);
         if (!have) need = 4.0 * (double)S[i] * (double)S[i];
         if (need > (double)R->mem_cap_mib * 1048576.0)
             skip(r, "naive-seq", "naive", &sh, R->threads,
@@ -226,16 +264,8 @@ static const int64_t full_S[] = { 512, 1024, 2048, 4096, 8192 };
 static const int64_t full_d[] = { 64, 128 };
 static const fa_dtype full_dt[] = { FA_F32, FA_BF16 };
 
-/* --backend cuda --mode sweep: the problem of the command line, forward and backward,
- * on the GPU (in bf16 when --dtype is f32: the CUDA kernels take fp16 and bf16). */
-static int cuda_only(const bench_run *R)
-{
-    return R->backend && !strcmp(R->backend, "cuda");
-}
-
 int sweep_count_full(const bench_run *R)
 {
-    if (cuda_only(R)) return 2;
     int nthr = R->nthreads_all > 1 ? 2 : 1;
     if (R->sweep_only) return 2 * nthr;
     return NELEM(full_S) * NELEM(full_d) * NELEM(full_dt) * 2 * 2 * nthr + 3;
@@ -272,16 +302,6 @@ static void full_point(bench_run *R, const rung_spec *rs, const char *label,
 void sweep_full(bench_run *R)
 {
     char label[32];
-    if (cuda_only(R)) {
-        rung_spec cu = { IMPL_FA, FA_BACKEND_CUDA, NULL, "cuda" };
-        bench_shape sh = R->sh;
-        if (sh.dtype == FA_F32) sh.dtype = FA_BF16, cu.label = "cuda (bf16)";
-        for (int bw = 0; bw < 2; bw++) {
-            double rate = 0;
-            full_point(R, &cu, cu.label, &sh, bw, R->threads, &rate, "full");
-        }
-        return;
-    }
     rung_spec rs = sweep_rung(R, label, sizeof label);
     if (!cpu_wanted(R)) return;
     int thr[2] = { 1, R->nthreads_all };

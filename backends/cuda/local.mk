@@ -21,9 +21,7 @@ FA_CUDA_SM90_SRC = backends/cuda/forward_sm90_d256.cu backends/cuda/forward_sm90
 FA_CUDA_HDR = backends/cuda/backward_sm90ws.cuh backends/cuda/forward_sm90ws.cuh backends/cuda/simt_f32.cuh backends/cuda/tf32x3_fwd.cuh backends/cuda/backward_sm90.cuh backends/cuda/forward_sm90.cuh backends/cuda/wgmma_ops.cuh backends/cuda/common.cuh backends/cuda/forward_sm80.cuh backends/cuda/forward_fast.cuh backends/cuda/backward_sm80.cuh \
 	backends/cuda/kernels.h backends/cuda/params.h
 EXTRA_DIST += $(FA_CUDA_SRC) $(FA_CUDA_SM90_SRC) $(FA_CUDA_HDR) backends/cuda/gen_wgmma.py backends/cuda/nvcc-lt.sh \
-	tests/cuda/test_cuda.c bench/gpu/bench_gpu.c bench/gpu/run-on-gpu.sh bench/gpu/README.md \
-	bench/gpu/fwd-ab.sh bench/gpu/ws-ab.sh bench/gpu/bwd-ab.sh bench/gpu/bwd-parts.sh bench/gpu/peers_fwd.py \
-	bench/peers/torch_sdpa_gpu.py bench/peers/burn_in.py bench/peers/median_ratios.py bench/gpu/sweep-rounds.sh
+	tests/cuda/test_cuda.c
 
 SUFFIXES = .cu
 FA_NVCCFLAGS_COMMON = -std=c++17 -O3 --compiler-options=-fvisibility=hidden \

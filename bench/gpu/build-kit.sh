@@ -1,10 +1,13 @@
 #!/bin/sh
-# build-kit.sh - on the development machine: link test_cuda, stress_cuda and bench_gpu
-# against a build tree where `make libflashattn.la backends/cuda/flashattn_cuda.la` has
-# run, and copy them with the libraries into DIR (default .gpu, which git ignores) for
-# the device tool's carry.
+# build-kit.sh - on the development machine: the GPU kit, what the GPU machine runs.
+# BUILD_DIR is a build tree configured with CUDA (--with-cuda-arch=90) where
+# `make libflashattn.la backends/cuda/flashattn_cuda.la` has run. The script links
+# test_cuda, stress_cuda and flashattn-bench against that library into DIR (default .gpu,
+# which git ignores) and copies libflashattn.so.0 and flashattn_cuda.so there, for the
+# device tool's carry. The GPU machine has no libtool and no Check, hence the kit.
 # Usage: bench/gpu/build-kit.sh BUILD_DIR [DIR]     (run from the repository root)
-# CUDA (headers, libcudart_static) is taken from nvcc's installation.
+# CUDA (headers, libcudart_static) is taken from nvcc's installation; flashattn-bench
+# needs nothing of CUDA (it loads the driver at run time).
 set -e
 B=${1:?usage: bench/gpu/build-kit.sh BUILD_DIR [DIR]}
 D=${2:-.gpu}
@@ -15,7 +18,13 @@ LIBS="-L$B/.libs -lflashattn -L$CU/lib64 -lcudart_static -lrt -ldl -lpthread -lm
 for p in test_cuda stress_cuda; do
   gcc -O2 -Wall -Wextra -I"$S/include" -I"$S/lib" -I"$CU/include" "$S/tests/cuda/$p.c" -o "$D/$p" $LIBS -Wl,-rpath,'$ORIGIN'
 done
-gcc -O2 -Wall -Wextra -I"$S/include" -I"$CU/include" "$S/bench/gpu/bench_gpu.c" -o "$D/bench_gpu" $LIBS -Wl,-rpath,'$ORIGIN'
+# flashattn-bench without the unfused-BLAS rung (its n/a row says so): OpenBLAS alone
+# would take more than half of what the device tool carries.
+cfg=$(mktemp -d)
+sed '/define FA_HAVE_BLAS/d' "$B/config.h" > "$cfg/config.h"
+gcc -O2 -fopenmp -pthread -I"$cfg" -I"$S/include" "$S"/bench/*.c -o "$D/flashattn-bench" \
+  -L"$B/.libs" -lflashattn -ldl -lm -Wl,-rpath,'$ORIGIN'
+rm -r "$cfg"
 cp -L "$B/.libs/libflashattn.so.0" "$D/"   # a file, not a link: what the programs load
 cp "$B/backends/cuda/.libs/flashattn_cuda.so" "$D/"
 ls -l "$D"

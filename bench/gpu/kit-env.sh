@@ -1,10 +1,11 @@
 # kit-env.sh - the preamble of the GPU machine's scripts, sourced as
 #   . "$(dirname "$0")/kit-env.sh"
 # after the script's own arguments are known: D = the kit folder ($1, default .gpu), OUT
-# (default gpu-out, created), FA_CUDA_MODULE and LD_LIBRARY_PATH for test_cuda, bench_gpu
-# and stress_cuda, unbuffered Python. kit_env FILE writes the GPU's name, driver and
-# clocks and a per-function table of the module's SASS (HGMMA, HMMA, UTMALDG, SYNCS, LDSM
-# and local-memory instructions; functions with tensor-core instructions only) to FILE.
+# (default gpu-out, created), FA_CUDA_MODULE and LD_LIBRARY_PATH for the kit's programs
+# (test_cuda, stress_cuda, flashattn-bench), unbuffered Python. kit_env FILE writes the
+# GPU's name, driver and clocks and a per-function table of the module's SASS (HGMMA, HMMA,
+# UTMALDG, SYNCS, LDSM and local-memory instructions; functions with tensor-core
+# instructions only) to FILE.
 D=${1:-.gpu}
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"

@@ -8,7 +8,7 @@
 #   C  tests/cuda/sanitize.sh: memcheck, racecheck, initcheck, synccheck over test_cuda san
 #                                                          (timeout SAN_TIMEOUT per tool, 100 s)
 # DIR (default .gpu) holds what was built on the development machine: libflashattn.so*,
-# flashattn_cuda.so, test_cuda, stress_cuda (bench/gpu/README.md). Logs go to $OUT (default
+# flashattn_cuda.so, test_cuda, stress_cuda (bench/gpu/build-kit.sh). Logs go to $OUT (default
 # ./gpu-out): env.txt, test_full.log, stress.log, big.log, san-TOOL.log, san-summary.txt,
 # table.txt (the table printed at the end).
 # Wall time: about max(A, B, C) in parallel, at most ~7 minutes with the default timeouts.
@@ -18,7 +18,7 @@ D=${1:-.gpu}
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
 for f in test_cuda stress_cuda flashattn_cuda.so libflashattn.so.0; do
-  [ -e "$D/$f" ] || { echo "reliability.sh: $D/$f is missing (see bench/gpu/README.md)"; exit 2; }
+  [ -e "$D/$f" ] || { echo "reliability.sh: $D/$f is missing (bench/gpu/build-kit.sh makes the kit)"; exit 2; }
 done
 export FA_CUDA_MODULE="$D/flashattn_cuda.so" LD_LIBRARY_PATH="$D${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 T0=$(date +%s)

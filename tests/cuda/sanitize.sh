@@ -2,7 +2,7 @@
 # sanitize.sh - compute-sanitizer's four tools (memcheck, racecheck, initcheck, synccheck)
 # over test_cuda's "san" sweep (every kernel once, small grids), on the GPU machine.
 # DIR (default .gpu) holds libflashattn.so*, flashattn_cuda.so and test_cuda, built as
-# bench/gpu/README.md shows. Each tool's log goes to $OUT/san-TOOL.log (OUT default
+# docs/bench.md ("The GPU kit") shows. Each tool's log goes to $OUT/san-TOOL.log (OUT default
 # ./gpu-out) and one line per tool to stdout and $OUT/san-summary.txt:
 #   TOOL rc=N SECONDS s, ERROR SUMMARY: N errors, test: P passed, F failed
 # rc is the tool's exit status: 0 clean; 1 a sanitizer error (--error-exitcode 1) or a

@@ -1,18 +1,22 @@
 #!/usr/bin/env python3
-"""torch_sdpa.py - the peer: PyTorch's scaled_dot_product_attention on flashattn-bench's shapes.
+"""torch_cpu.py - the CPU peer: PyTorch's CPU scaled_dot_product_attention on the shapes of a
+flashattn-bench CSV, and ours/torch ratios.
 
-Runs torch SDPA on the CPU (and, when CUDA is available, each GPU backend: flash, cuDNN,
-efficient) with the same thread count as flashattn-bench, using the FLOP convention of
-docs/bench.md (4*B*H*Sq*Sk*d, halved for causal; backward 2.5x), and prints rows in the
-column layout of flashattn-bench's results.csv (section "peer"), so the two files can be
-concatenated. With --ours results.csv it also prints ours / torch ratios for every shape
-both measured.
+Runs torch SDPA on the CPU with the same thread count as flashattn-bench, using the same
+FLOP convention (4*B*H*Sq*Sk*d, halved for causal; backward 2.5x), and prints rows in the
+column layout of flashattn-bench's results.csv (section "peer") on stdout, so the two files
+can be concatenated. With --ours it times every (shape, direction) that passed there and
+prints ours / torch for each on stderr (best of our rungs per shape, direction, threads).
 
-  python3 bench/peers/torch_sdpa.py                       # the ladder's default shape
-  python3 bench/peers/torch_sdpa.py --ours flashattn-bench-out/results.csv \\
-          --threads 2 > torch.csv                          # every shape of our CSV
-  python3 bench/peers/torch_sdpa.py --ratios-only --ours results.csv --peer torch.csv
+  flashattn-bench --backend cpu --mode sweep --sweep-only --heads 16 --seqlen 4096 \\
+      --headdim 128 --csv ours.csv
+  python3 bench/peers/torch_cpu.py --ours ours.csv --threads 1 > torch-1.csv
+  python3 bench/peers/torch_cpu.py --ours ours.csv > torch-all.csv   # our thread count
+  python3 bench/peers/torch_cpu.py --ratios-only --ours ours.csv --peer torch-1.csv
+  python3 bench/peers/torch_cpu.py                                  # the ladder's shape
 
+Timing: one warm-up, then at least 3 and at most --repeats calls within --budget seconds;
+the median is reported. The backward is (forward + backward) - forward.
 Exit status: 0, 2 bad usage, 3 torch is not installed.
 """
 import argparse
@@ -71,80 +75,66 @@ def time_call(fn, sync, repeats, budget):
     return statistics.median(ts), min(ts), max(ts), n
 
 
-def run_torch(torch, shapes, args):
-    from contextlib import nullcontext
-    dt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+def time_shape(torch, s, direction, args):
+    """(median, min, max, n) seconds of one call of torch SDPA on shape s."""
     F = torch.nn.functional
+    dt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+    g = torch.Generator(device="cpu").manual_seed(1)
+    bw = direction == "bwd"
+
+    def mk(S, heads):
+        x = torch.rand(s["B"], heads, S, s["d"], generator=g) * 2 - 1
+        return x.to(dt[s["dtype"]]).requires_grad_(bw)
+
+    q, k, v = mk(s["Sq"], s["H"]), mk(s["Sk"], s["Hkv"]), mk(s["Sk"], s["Hkv"])
+    # torch's is_causal is top-left; flashattn-bench uses bottom-right, which is the same
+    # when Sq == Sk; other causal shapes are not compared.
+    if s["causal"] and s["Sq"] != s["Sk"]:
+        raise RuntimeError("causal with Sq != Sk: torch aligns top-left, ours bottom-right")
+    kw = dict(is_causal=bool(s["causal"]))
+    if s["H"] != s["Hkv"]:
+        kw["enable_gqa"] = True
+    sync = lambda: None
+    fwd = lambda: F.scaled_dot_product_attention(q, k, v, **kw)
+    with torch.no_grad():
+        tf = time_call(fwd, sync, args.repeats, args.budget)
+    if not bw:
+        return tf
+    dout = torch.rand_like(fwd())
+    med, lo, hi, n = time_call(lambda: torch.autograd.grad(fwd(), (q, k, v), dout), sync,
+                               args.repeats, args.budget)
+    return med - tf[0], lo - tf[0], hi - tf[0], n     # the backward alone
+
+
+def run_torch(torch, shapes, args):
     rows = []
-    devices = [("cpu", None)]
-    if torch.cuda.is_available() and not args.cpu_only:
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-        for name, be in (("flash", SDPBackend.FLASH_ATTENTION),
-                         ("cudnn", SDPBackend.CUDNN_ATTENTION),
-                         ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
-            devices.append((name, lambda be=be: sdpa_kernel(be)))
     for (s, direction) in shapes:
-        for dev_name, ctxf in devices:
-            dev = "cpu" if dev_name == "cpu" else "cuda"
-            impl = "torch sdpa cpu" if dev == "cpu" else "torch sdpa " + dev_name
-            row = dict.fromkeys(COLUMNS, "")
-            row.update(section="peer", impl=impl, kernel="torch " + torch.__version__,
-                       dir=direction, dtype=s["dtype"], B=s["B"], H=s["H"], Hkv=s["Hkv"],
-                       Sq=s["Sq"], Sk=s["Sk"], d=s["d"], causal=s["causal"], paged=0,
-                       threads=args.threads if dev == "cpu" else "", block_q=0, block_kv=0)
-            try:
-                g = torch.Generator(device="cpu").manual_seed(1)
-                def mk(S, heads, grad):
-                    x = torch.rand(s["B"], heads, S, s["d"], generator=g) * 2 - 1
-                    return x.to(dev, dt[s["dtype"]]).requires_grad_(grad)
-                bw = direction == "bwd"
-                q, k, v = mk(s["Sq"], s["H"], bw), mk(s["Sk"], s["Hkv"], bw), mk(s["Sk"], s["Hkv"], bw)
-                gqa = s["H"] != s["Hkv"]
-                # torch's is_causal is top-left; flashattn-bench uses bottom-right, which is
-                # the same when Sq == Sk; other causal shapes are skipped.
-                if s["causal"] and s["Sq"] != s["Sk"]:
-                    raise RuntimeError("causal with Sq != Sk: torch aligns top-left, ours bottom-right")
-                kw = dict(is_causal=bool(s["causal"]))
-                if gqa:
-                    kw["enable_gqa"] = True
-                ctx = ctxf() if ctxf else nullcontext()
-                sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
-                with ctx:
-                    if bw:
-                        out = F.scaled_dot_product_attention(q, k, v, **kw)
-                        dout = torch.rand_like(out)
-                        fn = lambda: torch.autograd.grad(
-                            F.scaled_dot_product_attention(q, k, v, **kw), (q, k, v), dout)
-                        # time forward+backward, subtract the forward: backward alone
-                        with torch.no_grad():
-                            tf = time_call(lambda: F.scaled_dot_product_attention(q, k, v, **kw),
-                                           sync, args.repeats, args.budget)[0]
-                        med, lo, hi, n = time_call(fn, sync, args.repeats, args.budget)
-                        med, lo, hi = med - tf, lo - tf, hi - tf
-                    else:
-                        with torch.no_grad():
-                            med, lo, hi, n = time_call(
-                                lambda: F.scaled_dot_product_attention(q, k, v, **kw), sync,
-                                args.repeats, args.budget)
-                gf = flops(s, bw) / med / 1e9
-                row.update(status="PASS", time_med_s=f"{med:.6g}", time_min_s=f"{lo:.6g}",
-                           time_max_s=f"{hi:.6g}", runs=n, gflops=f"{gf:.6g}",
-                           note=("backward = (forward+backward) - forward" if bw else "") +
-                                (f"; {gf / 1000:.3g} TFLOP/s" if dev == "cuda" else ""))
-            except Exception as e:           # one shape a backend lacks must not stop the rest
-                row.update(status="n/a", note=f"{type(e).__name__}: {e}".replace("\n", " ")[:190])
-            rows.append(row)
-            desc = (f"{s['dtype']} B={s['B']} H={s['H']}:{s['Hkv']} Sq={s['Sq']} Sk={s['Sk']} "
-                    f"d={s['d']}" + (" causal" if s["causal"] else ""))
-            print(f"[peer] {impl} {direction} {desc}: "
-                  f"{row['gflops'] + ' GFLOP/s' if row['gflops'] else row['note']}", file=sys.stderr)
+        row = dict.fromkeys(COLUMNS, "")
+        row.update(section="peer", impl="torch sdpa cpu", kernel="torch " + torch.__version__,
+                   dir=direction, dtype=s["dtype"], B=s["B"], H=s["H"], Hkv=s["Hkv"],
+                   Sq=s["Sq"], Sk=s["Sk"], d=s["d"], causal=s["causal"], paged=0,
+                   threads=args.threads, block_q=0, block_kv=0)
+        try:
+            med, lo, hi, n = time_shape(torch, s, direction, args)
+            gf = flops(s, direction == "bwd") / med / 1e9
+            row.update(status="PASS", time_med_s=f"{med:.6g}", time_min_s=f"{lo:.6g}",
+                       time_max_s=f"{hi:.6g}", runs=n, gflops=f"{gf:.6g}",
+                       note="backward = (forward+backward) - forward" if direction == "bwd" else "")
+        except Exception as e:               # one shape torch lacks must not stop the rest
+            row.update(status="n/a", note=f"{type(e).__name__}: {e}".replace("\n", " ")[:190])
+        rows.append(row)
+        desc = (f"{s['dtype']} B={s['B']} H={s['H']}:{s['Hkv']} Sq={s['Sq']} Sk={s['Sk']} "
+                f"d={s['d']}" + (" causal" if s["causal"] else ""))
+        print(f"[peer] torch sdpa cpu {direction} {desc}: "
+              f"{row['gflops'] + ' GFLOP/s' if row['gflops'] else row['note']}", file=sys.stderr)
     return rows
 
 
 def print_ratios(ours, peer, out):
     mine = {}
     for r in ours:
-        if r.get("status") == "PASS" and r.get("section") != "peer" and r.get("gflops"):
+        if (r.get("status") == "PASS" and r.get("section") not in ("peer", "gpu") and
+                r.get("gflops") and not r.get("impl", "").startswith("cuda")):
             k = key(shape_of(r), r["dir"], r["threads"] or 0)
             if float(r["gflops"]) > mine.get(k, (0, ""))[0]:
                 mine[k] = (float(r["gflops"]), r["impl"])
@@ -184,7 +174,6 @@ def main():
     ap.add_argument("--backward", action="store_true", help="also time the backward")
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--budget", type=float, default=3.0, help="seconds per measurement")
-    ap.add_argument("--cpu-only", action="store_true", help="skip the GPU backends")
     args = ap.parse_args()
 
     ours = read_csv(args.ours) if args.ours else []
@@ -196,7 +185,7 @@ def main():
     try:
         import torch
     except ImportError as e:
-        print(f"torch_sdpa.py: PyTorch is not installed ({e}); install it (pip install torch) "
+        print(f"torch_cpu.py: PyTorch is not installed ({e}); install it (pip install torch) "
               "to measure the peer. flashattn-bench itself does not need it.", file=sys.stderr)
         return 3
 
@@ -204,7 +193,8 @@ def main():
     if ours:
         seen = set()
         for r in ours:
-            if r.get("status") != "PASS" or r.get("section") == "peer" or r.get("paged") == "1":
+            if (r.get("status") != "PASS" or r.get("section") in ("peer", "gpu") or
+                    r.get("paged") == "1" or r.get("impl", "").startswith("cuda")):
                 continue
             s = shape_of(r)
             k = key(s, r["dir"], 0)
