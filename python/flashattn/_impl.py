@@ -23,8 +23,6 @@ class Params:
         self.deterministic = deterministic
 
     def options(self, A):
-        if self.softcap < 0:
-            raise ValueError("flashattn: softcap=%r must be >= 0 (0 = off)" % (self.softcap,))
         return L.options(self.scale, self.causal, (self.window_left, self.window_right),
                          self.softcap, A.ptr(self.alibi), A.ptr(self.sinks),
                          None if self.bias is None else A.fa(self.bias), self.dropout_p,

@@ -61,6 +61,10 @@ class InternalError(FlashAttnError, RuntimeError):
     status = ERR_INTERNAL
 
 
+for _cls in (FlashAttnError, InvalidArgumentError, UnsupportedError, OutOfMemoryError,
+             DeviceError, InternalError):
+    _cls.__module__ = "flashattn"
+
 _ERRORS = {ERR_INVALID_ARG: InvalidArgumentError, ERR_UNSUPPORTED: UnsupportedError,
            ERR_NO_MEMORY: OutOfMemoryError, ERR_DEVICE: DeviceError,
            ERR_INTERNAL: InternalError}
