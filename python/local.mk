@@ -6,7 +6,7 @@ EXTRA_DIST += python/run-tests.sh python/README.md python/pyproject.toml \
 	python/.gitignore \
 	python/flashattn/__init__.py python/flashattn/_lib.py python/flashattn/_context.py \
 	python/flashattn/_impl.py python/flashattn/_arrays.py python/flashattn/_torch_adapter.py \
-	python/flashattn/_numpy_adapter.py python/flashattn/_torch_ops.py \
+	python/flashattn/_numpy_adapter.py python/flashattn/_torch_ops.py python/flashattn/_torch_short.py \
 	python/flashattn/interface.py python/flashattn/sdpa.py \
 	python/tests/conftest.py python/tests/refimpl.py python/tests/test_forward.py \
 	python/tests/test_backward.py python/tests/test_dropout.py \

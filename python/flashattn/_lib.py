@@ -5,6 +5,7 @@ Nothing here knows about torch or numpy: callers hand in addresses, shapes and s
 import ctypes
 import ctypes.util
 import os
+import struct
 
 # fa_status
 OK, ERR_INVALID_ARG, ERR_UNSUPPORTED, ERR_NO_MEMORY, ERR_DEVICE, ERR_INTERNAL = range(6)
@@ -152,9 +153,15 @@ def version():
     return _text(lib.fa_version_string())
 
 
+# fa_tensor's bytes, packed in one step (about half the time of filling the fields)
+_TENSOR_PACK = struct.Struct("@Pi8q").pack
+_tensor_from = FaTensor.from_buffer_copy
+assert struct.calcsize("@Pi8q") == ctypes.sizeof(FaTensor)
+
+
 def tensor(data, dtype, shape, stride):
     """An FaTensor from an address, an fa_dtype and two 4-sequences."""
-    return FaTensor(data, dtype, _i64x4(*shape), _i64x4(*stride))
+    return _tensor_from(_TENSOR_PACK(data or 0, dtype, *shape, *stride))
 
 
 def options(scale=None, causal=CAUSAL_NONE, window_size=(-1, -1), softcap=0.0,

@@ -111,6 +111,8 @@ def empty_like_layout(t, shape):
     """An uninitialised tensor of `shape` whose dimensions are laid out in the order of
     t's strides (outermost first; the last dimension innermost). A [B, S, H, D] view of a
     [B, H, S, D] tensor thus gets an output that is a contiguous [B, H, S, D] underneath."""
+    if t.is_contiguous():
+        return torch.empty(shape, dtype=t.dtype, device=t.device)
     st = t.stride()
     order = sorted(range(3), key=lambda d: (-st[d], d)) + [3]
     base = torch.empty([shape[d] for d in order], dtype=t.dtype, device=t.device)

@@ -16,7 +16,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from . import _impl
+from . import _impl, _torch_short
 from ._torch_adapter import TORCH, empty_like_layout
 
 HAS_CUSTOM_OP = hasattr(torch.library, "custom_op")
@@ -258,13 +258,15 @@ def _wants_grad(*ts):
 def attention(q, k, v, sinks, alibi, bias, rng, scale, causal, wl, wr, softcap, dropout_p,
               det, need_lse):
     """(out, lse or None) for [B, S, H, D] tensors, differentiable in q, k, v, sinks."""
-    scalars = (float(scale), int(causal), int(wl), int(wr), float(softcap), float(dropout_p),
-               bool(det))
     if _wants_grad(q, k, v, sinks) or _compiling():
+        scalars = (float(scale), int(causal), int(wl), int(wr), float(softcap),
+                   float(dropout_p), bool(det))
         if HAS_CUSTOM_OP:
             return _fwd_op(q, k, v, sinks, alibi, bias, rng, *scalars)
         return _Attention.apply(q, k, v, sinks, alibi, bias, rng, *scalars)
-    return fwd_call(q, k, v, sinks, alibi, bias, rng, *scalars, need_lse=need_lse)
+    seed, offset = (0, 0) if rng is None else rng.tolist()
+    return _torch_short.forward(q, k, v, sinks, alibi, bias, seed, offset, scale, causal, wl,
+                                wr, softcap, dropout_p, det, need_lse)
 
 
 def varlen_attention(q, k, v, cu_q, cu_k, max_q, max_k, sinks, alibi, rng, scale, causal,

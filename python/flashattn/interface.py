@@ -14,9 +14,15 @@ from ._arrays import (aux_t, causal_arg, from_dlpack, index_t, kind, rng_t, scal
                       window_arg)
 
 
+_ops = None
+
+
 def _torch_ops():
-    from . import _torch_ops
-    return _torch_ops
+    global _ops
+    if _ops is None:
+        from . import _torch_ops as ops
+        _ops = ops
+    return _ops
 
 
 def _numpy():
@@ -60,10 +66,13 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     if kd == "dlpack":
         q, k, v, alibi_slopes, sinks = _dl(q, k, v, alibi_slopes, sinks)
     wl, wr = window_arg(window_size)
-    out, lse = _torch_ops().attention(
-        q, k, v, aux_t(sinks, q, "sinks"), aux_t(alibi_slopes, q, "alibi_slopes"), None,
-        rng_t(dropout_p), scale_arg(softmax_scale), causal_arg(causal), wl, wr, softcap,
-        dropout_p, deterministic, return_attn_probs)
+    out, lse = (_ops or _torch_ops()).attention(
+        q, k, v, None if sinks is None else aux_t(sinks, q, "sinks"),
+        None if alibi_slopes is None else aux_t(alibi_slopes, q, "alibi_slopes"), None,
+        rng_t(dropout_p) if dropout_p else None,
+        0.0 if softmax_scale is None else scale_arg(softmax_scale),
+        causal_arg(causal) if causal else 0, wl, wr, softcap, dropout_p, deterministic,
+        return_attn_probs)
     return (out, lse, None) if return_attn_probs else out
 
 
