@@ -15,7 +15,7 @@ from ._lib import (DeviceError, FlashAttnError, InternalError, InvalidArgumentEr
                    OutOfMemoryError, UnsupportedError)
 from ._lib import path as library_path
 from ._lib import version as library_version
-from ._context import describe
+from ._context import describe, get_num_threads, set_num_threads
 from .interface import (flash_attn_func, flash_attn_kvpacked_func,
                         flash_attn_qkvpacked_func, flash_attn_varlen_func,
                         flash_attn_with_kvcache)
@@ -25,6 +25,7 @@ __version__ = "0.1.0"
 
 __all__ = ["flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func",
            "flash_attn_varlen_func", "flash_attn_with_kvcache",
-           "scaled_dot_product_attention", "sdpa", "describe", "library_path",
+           "scaled_dot_product_attention", "sdpa", "describe", "set_num_threads",
+           "get_num_threads", "library_path",
            "library_version", "FlashAttnError", "InvalidArgumentError", "UnsupportedError",
            "OutOfMemoryError", "DeviceError", "InternalError"]
