@@ -93,7 +93,7 @@ class NumpyAdapter:
 NUMPY = NumpyAdapter()
 
 
-def aux_f32(x, name, heads):
+def aux_f32(x, name):
     """A per-head fp32 array ([heads]) from any sequence, or None."""
     if x is None:
         return None

@@ -42,8 +42,8 @@ def _np_params(npa, scale, causal, window_size, softcap, alibi_slopes, sinks, dr
     wl, wr = window_arg(window_size)
     sc = scale_arg(scale)
     return _impl.Params(sc if sc != 0.0 else None, causal_arg(causal, bottom_right), wl, wr,
-                        float(softcap), npa.aux_f32(alibi_slopes, "alibi_slopes", None),
-                        npa.aux_f32(sinks, "sinks", None), bias, float(dropout_p), seed,
+                        float(softcap), npa.aux_f32(alibi_slopes, "alibi_slopes"),
+                        npa.aux_f32(sinks, "sinks"), bias, float(dropout_p), seed,
                         offset, deterministic)
 
 

@@ -150,7 +150,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         seed, offset = npa.draw_seed() if dropout_p else (0, 0)
         sc = scale_arg(scale)
         p = _impl.Params(sc if sc != 0.0 else None, causal, -1, -1, 0.0, None,
-                         npa.aux_f32(sinks, "sinks", None), bias, float(dropout_p), seed,
+                         npa.aux_f32(sinks, "sinks"), bias, float(dropout_p), seed,
                          offset, False)
         out, _ = _impl.forward(npa.NUMPY, q, k, v, p, False)
     out = ops.swap12(out)

@@ -106,6 +106,9 @@ def test_kvcache(device, paged, Sq, append):
             assert torch.equal(kb[seqlens[b]:], k_new[b].cpu())
             assert torch.equal(vb[seqlens[b]:], v_new[b].cpu())
             assert torch.equal(kb[:seqlens[b]], rows(k_before, b, seqlens[b]).cpu())
+            assert torch.equal(vb[:seqlens[b]], rows(v_before, b, seqlens[b]).cpu())
+        else:   # nothing was written
+            assert torch.equal(k_cache, k_before) and torch.equal(v_cache, v_before)
         o64, l64 = _kv_ref(q[b].cpu(), kb, vb, True, torch.float64)
         on, ln = _kv_ref(q[b].cpu(), kb, vb, True, torch.float32)
         R.check("out[%d]" % b, out[b:b + 1], o64, on, torch.float32)
