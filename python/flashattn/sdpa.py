@@ -126,10 +126,14 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                          "pass enable_gqa=True" % (Hkv, H))
     else:
         kv_heads = H
-    batch = _broadcast_shape(query.shape[:-3], key.shape[:-3], value.shape[:-3])
-    query = _to4(ops.expand(query, batch + tuple(query.shape[-3:])), batch)
-    key = _to4(ops.expand(key, batch + (kv_heads,) + tuple(key.shape[-2:])), batch)
-    value = _to4(ops.expand(value, batch + (kv_heads,) + tuple(value.shape[-2:])), batch)
+    batch = tuple(query.shape[:-3])
+    if key.shape[:-3] != batch or value.shape[:-3] != batch or key.shape[-3] != kv_heads \
+            or value.shape[-3] != kv_heads:   # broadcast (stride-0 views, no copies)
+        batch = _broadcast_shape(query.shape[:-3], key.shape[:-3], value.shape[:-3])
+        query = ops.expand(query, batch + tuple(query.shape[-3:]))
+        key = ops.expand(key, batch + (kv_heads,) + tuple(key.shape[-2:]))
+        value = ops.expand(value, batch + (kv_heads,) + tuple(value.shape[-2:]))
+    query, key, value = _to4(query, batch), _to4(key, batch), _to4(value, batch)
     bias = None
     if attn_mask is not None:
         if getattr(attn_mask, "requires_grad", False):
