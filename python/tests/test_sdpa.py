@@ -1,0 +1,158 @@
+"""flashattn.sdpa against torch's scaled_dot_product_attention: its signature, and its
+values (torch's own function where the installed torch has it; always a float64 model of
+its documented semantics)."""
+import inspect
+import math
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import flashattn
+import refimpl as R
+from conftest import randn
+
+TORCH_SDPA = getattr(F, "scaled_dot_product_attention", None)
+TORCH_GQA = TORCH_SDPA is not None and "enable_gqa" in (TORCH_SDPA.__doc__ or "")
+# torch's documented signature (torch >= 2.5)
+DOCUMENTED = ["query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
+              "enable_gqa"]
+DEFAULTS = {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None,
+            "enable_gqa": False}
+
+
+def sdpa_model(q, k, v, attn_mask=None, is_causal=False, scale=None, enable_gqa=False,
+               compute=torch.float64):
+    """torch SDPA's semantics in plain math, [..., H, L, E] layout."""
+    q, k, v = q.to(compute), k.to(compute), v.to(compute)
+    if enable_gqa:
+        rep = q.shape[-3] // k.shape[-3]
+        k, v = k.repeat_interleave(rep, dim=-3), v.repeat_interleave(rep, dim=-3)
+    s = q @ k.transpose(-2, -1) * (scale if scale is not None else 1 / math.sqrt(q.shape[-1]))
+    L, S = q.shape[-2], k.shape[-2]
+    if is_causal:
+        s = s.masked_fill(~torch.ones(L, S, dtype=torch.bool).tril(), -math.inf)
+    if attn_mask is not None:
+        s = s.masked_fill(~attn_mask, -math.inf) if attn_mask.dtype == torch.bool \
+            else s + attn_mask.to(compute)
+    return torch.softmax(s, dim=-1) @ v
+
+
+def test_signature():
+    params = inspect.signature(flashattn.sdpa).parameters
+    names = [p for p in params if params[p].kind != inspect.Parameter.KEYWORD_ONLY]
+    assert names == DOCUMENTED
+    for name, default in DEFAULTS.items():
+        assert params[name].default == default
+
+
+@pytest.mark.skipif(TORCH_SDPA is None, reason="torch %s has no scaled_dot_product_attention"
+                    % torch.__version__)
+def test_signature_matches_torch():
+    # torch's is a builtin without a signature object: its docstring opens with it
+    head = re.match(r"\s*scaled_dot_product_attention\((.*?)\)", TORCH_SDPA.__doc__, re.S)
+    args = [a.strip().split("=") for a in head.group(1).split(",") if a.strip()]
+    assert [a[0] for a in args] == DOCUMENTED[:len(args)]
+    for a in args[3:]:
+        assert eval(a[1]) == DEFAULTS[a[0]], a
+
+
+def _cases():
+    return [
+        dict(name="plain", L=13, S=13),
+        dict(name="causal L<S (top-left)", L=7, S=19, is_causal=True),
+        dict(name="causal L>S (top-left)", L=19, S=7, is_causal=True),
+        dict(name="bool mask [L, S]", L=11, S=17, mask="bool2"),
+        dict(name="float mask [B, 1, L, S]", L=11, S=17, mask="float4"),
+        dict(name="float mask [L, 1]", L=11, S=17, mask="col"),
+        dict(name="gqa + scale", L=9, S=12, H=6, Hkv=2, enable_gqa=True, scale=0.2),
+        dict(name="mask + causal", L=10, S=10, mask="bool2", is_causal=True),
+    ]
+
+
+def _mask(kind, B, H, L, S, device):
+    if kind == "bool2":
+        m = torch.rand(L, S) > 0.3
+        m[:, 0] = True   # every row keeps a key (torch gives NaN for an empty row)
+        return m.to(device)
+    if kind == "float4":
+        return randn(B, 1, L, S, device=device)
+    if kind == "col":
+        return randn(L, 1, device=device)
+    return None
+
+
+@pytest.mark.parametrize("case", _cases(), ids=lambda c: c["name"])
+def test_values_and_grads(device, case):
+    B, H = 2, case.get("H", 3)
+    Hkv, L, S, E = case.get("Hkv", H), case["L"], case["S"], 16
+    q = randn(B, H, L, E, device=device, grad=True)
+    k = randn(B, Hkv, S, E, device=device, grad=True)
+    v = randn(B, Hkv, S, E, device=device, grad=True)
+    mask = _mask(case.get("mask"), B, H, L, S, device)
+    kw = dict(attn_mask=mask, is_causal=case.get("is_causal", False),
+              scale=case.get("scale"), enable_gqa=case.get("enable_gqa", False))
+    out = flashattn.sdpa(q, k, v, **kw)
+    assert out.shape == (B, H, L, E) and out.is_contiguous()
+    dout = randn(B, H, L, E, device=device)
+    ours = [out] + list(torch.autograd.grad(out, (q, k, v), dout))
+
+    def model(compute):
+        leaves = [x.detach().cpu().to(compute).requires_grad_() for x in (q, k, v)]
+        m = None if mask is None else mask.cpu()
+        o = sdpa_model(*leaves, attn_mask=m, is_causal=kw["is_causal"], scale=kw["scale"],
+                       enable_gqa=kw["enable_gqa"], compute=compute)
+        return [o] + list(torch.autograd.grad(o, leaves, dout.cpu().to(compute)))
+
+    oracle, naive = model(torch.float64), model(torch.float32)
+    for name, g, o, n in zip(["out", "dq", "dk", "dv"], ours, oracle, naive):
+        R.check(name, g.detach(), o, n, torch.float32, factor=2.0 if name == "out" else 3.0)
+    if TORCH_SDPA is not None and not (kw["is_causal"] and mask is not None) and (
+            TORCH_GQA or not kw["enable_gqa"]):
+        theirs = TORCH_SDPA(q.detach(), k.detach(), v.detach(), **{
+            a: b for a, b in kw.items() if b is not None and b is not False})
+        R.check("out vs torch", out.detach(), oracle[0], theirs, torch.float32)
+
+
+def test_three_and_five_dims(device):
+    q, k, v = (randn(4, 9, 16, device=device) for _ in range(3))
+    out = flashattn.sdpa(q, k, v, is_causal=True)
+    assert out.shape == (4, 9, 16)
+    want = sdpa_model(q.cpu(), k.cpu(), v.cpu(), is_causal=True)
+    R.check("3-D", out, want, sdpa_model(q.cpu(), k.cpu(), v.cpu(), is_causal=True,
+                                         compute=torch.float32), torch.float32)
+    q = randn(2, 3, 2, 5, 16, device=device)
+    k = randn(1, 3, 2, 7, 16, device=device)   # batch dimensions broadcast
+    out = flashattn.sdpa(q, k, k)
+    assert out.shape == (2, 3, 2, 5, 16)
+    want = sdpa_model(q.cpu(), k.cpu(), k.cpu())
+    R.check("5-D", out, want, sdpa_model(q.cpu(), k.cpu(), k.cpu(), compute=torch.float32),
+            torch.float32)
+
+
+def test_heads_must_match_without_gqa(device):
+    q = randn(1, 4, 5, 16, device=device)
+    k = randn(1, 2, 5, 16, device=device)
+    with pytest.raises(ValueError, match="enable_gqa"):
+        flashattn.sdpa(q, k, k)
+    one = randn(1, 1, 5, 16, device=device)   # a single key head broadcasts, as in torch
+    out = flashattn.sdpa(q, one, one)
+    R.check("broadcast head", out, sdpa_model(q.cpu(), one.cpu(), one.cpu()),
+            sdpa_model(q.cpu(), one.cpu(), one.cpu(), compute=torch.float32), torch.float32)
+
+
+def test_mask_gradient_is_refused(device):
+    q = randn(1, 2, 5, 16, device=device)
+    mask = randn(5, 5, device=device, grad=True)
+    with pytest.raises(NotImplementedError, match="attn_mask"):
+        flashattn.sdpa(q, q, q, attn_mask=mask)
+
+
+def test_dropout_reproducible(device):
+    q = randn(1, 2, 16, 16, device=device)
+    torch.manual_seed(5)
+    a = flashattn.sdpa(q, q, q, dropout_p=0.4)
+    torch.manual_seed(5)
+    b = flashattn.sdpa(q, q, q, dropout_p=0.4)
+    assert torch.equal(a, b) and not torch.equal(a, flashattn.sdpa(q, q, q))
