@@ -3,12 +3,14 @@
 #   required : C compiler, autotools, libtool, pkg-config, hwloc (libhwloc-dev)
 #   tests    : Check (check)
 #   optional : OpenBLAS (the bench's unfused rung), gnuplot (the bench's PNG plot)
+#   ring     : Open MPI (libflashattn_ring and its tests: mpicc, mpirun)
 #   fuzzing  : clang 14 with its runtimes (libFuzzer, sanitizers) and LLVM's OpenMP
 #              (tests/fuzz/run.sh, ThreadSanitizer + Archer; docs/reliability.md)
 set -e
 here=$(dirname "$0")
 pkgs="build-essential autoconf automake libtool pkg-config libhwloc-dev check libopenblas-dev gnuplot-nox"
 pkgs="$pkgs clang libclang-rt-14-dev libomp-14-dev"
+pkgs="$pkgs libopenmpi-dev openmpi-bin"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
