@@ -24,10 +24,12 @@
  *     why. A rank that never makes the call, or dies, is outside this: MPI has no timeout,
  *     so the others wait in the collective (Open MPI's default error handler aborts the
  *     job when a process fails).
- *   - comm is used for point-to-point messages with this library's tags and for
- *     collectives; do not have other traffic on the same communicator in flight during
- *     the call (MPI_Comm_dup one for attention if needed). MPI must be initialized; any
- *     thread level works as long as one thread per communicator calls.
+ *   - comm is a valid intracommunicator (its errors follow its MPI error handler). It
+ *     carries point-to-point messages with this library's tags and collectives; have no
+ *     other traffic on it in flight during the call (MPI_Comm_dup one for attention if
+ *     needed). MPI must be initialized; any thread level works as long as one thread per
+ *     communicator calls. One message carries at most 128 GiB (a K/V block, or a dK/dV
+ *     block in fp32); a larger block is FA_ERR_UNSUPPORTED.
  */
 #ifndef FLASHATTN_RING_H
 #define FLASHATTN_RING_H
@@ -82,8 +84,8 @@ typedef struct {
  *     whatever the option (the result is bitwise reproducible run to run when the
  *     backend's is).
  * Each fully masked row (possible with BOTTOM_RIGHT and Sq > Sk) gets out = 0 and
- * lse = -inf (or its sink), as fa_forward. Scratch: about 3 x B x nq x H x d_v fp32 and
- * two receive buffers of the longest k/v shard. */
+ * lse = -inf (or its sink), as fa_forward. Host scratch: 3 x B x nq x H x d_v fp32, four
+ * B x H x nq fp32 and two K/V buffers the size of the longest k/v shard. */
 FA_API fa_status fa_ring_forward(fa_context *ctx, MPI_Comm comm, fa_tensor *out, float *lse,
                                  const fa_tensor *q, const fa_tensor *k, const fa_tensor *v,
                                  const fa_ring_layout *layout, const fa_options *opt);
@@ -94,7 +96,10 @@ FA_API fa_status fa_ring_forward(fa_context *ctx, MPI_Comm comm, fa_tensor *out,
  * INVALID_ARG when sinks is NULL). dout like out; out and lse as fa_ring_forward returned
  * them on this rank (lse required). Same layout and options as the forward.
  * dk/dv accumulate in fp32 as they travel; the sum for a shard owned by rank o is formed
- * in the order o, o+1, ..., o+R-1 (mod R) of the ranks that hold its block. */
+ * in the order o, o+1, ..., o+R-1 (mod R) of the ranks that hold its block; dq sums its
+ * blocks in step order; dsinks sums the ranks' parts in rank order. Host scratch: two
+ * B x nq x H x d_qk fp32, five fp32 blocks of B x nk_max x Hkv x (d_qk + d_v) (three in
+ * flight, this step's, one call's) and two K/V buffers. */
 FA_API fa_status fa_ring_backward(fa_context *ctx, MPI_Comm comm, fa_tensor *dq,
                                   fa_tensor *dk, fa_tensor *dv, float *dsinks,
                                   const fa_tensor *dout, const fa_tensor *q,
@@ -107,9 +112,11 @@ FA_API fa_status fa_ring_backward(fa_context *ctx, MPI_Comm comm, fa_tensor *dq,
 FA_API const char *fa_ring_last_error(void);
 
 /* Timings of this rank's last successful ring call on this thread, in seconds:
- * compute = in fa_forward/fa_backward/fa_combine and the local sums, wait = blocked on
- * messages (the communication the compute did not hide), total = the whole call.
- * bytes_sent counts this rank's point-to-point payload. */
+ * compute = in fa_forward/fa_backward/fa_combine and the local sums; wait = blocked on
+ * messages during the ring steps (the communication the compute did not hide, plus any
+ * wait for a slower neighbour); total = the whole call, including the two status
+ * agreements (which wait for the slowest rank) and the final copies. bytes_sent counts
+ * this rank's point-to-point payload, steps the ring's steps (R). */
 typedef struct { double compute_s, wait_s, total_s; int64_t bytes_sent; int steps; } fa_ring_stats;
 FA_API void fa_ring_last_stats(fa_ring_stats *stats);
 

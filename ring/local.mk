@@ -7,7 +7,7 @@ libflashattn_ring_la_SOURCES = ring/ring_internal.h ring/ring_common.c ring/ring
 	ring/ring_backward.c
 libflashattn_ring_la_CFLAGS = $(AM_CFLAGS) $(MPI_CFLAGS)
 libflashattn_ring_la_LDFLAGS = -version-info $(FA_LT_VERSION) -no-undefined
-libflashattn_ring_la_LIBADD = libflashattn.la $(MPI_LIBS)
+libflashattn_ring_la_LIBADD = libflashattn.la $(MPI_LIBS) $(PTHREAD_LIBS)
 include_HEADERS += include/flashattn_ring.h
 pkgconfig_DATA += flashattn-ring.pc
 

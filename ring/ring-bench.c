@@ -2,7 +2,7 @@
  * fa_ring_forward / fa_ring_backward, for strong and weak scaling tables.
  *
  *   mpirun -np R flashattn-ring-bench [--seq S] [--weak] [--batch B] [--heads H]
- *          [--kv-heads Hkv] [--dim d] [--dtype f32|bf16|f16] [--causal] [--zigzag]
+ *          [--kv-heads Hkv (default H)] [--dim d] [--dtype f32|bf16|f16] [--causal] [--zigzag]
  *          [--backward] [--reps n] [--backend cpu|reference] [--threads t]
  *
  * Strong scaling (default): the global sequence is S tokens, each rank holds S/R of them.
@@ -30,7 +30,7 @@ typedef struct {
 
 static int parse(int argc, char **argv, bench_args *a)
 {
-    *a = (bench_args){ 4096, 1, 8, 8, 64, 0, 0, 0, 0, 5, 0, FA_BF16, FA_BACKEND_CPU };
+    *a = (bench_args){ 4096, 1, 8, 0, 64, 0, 0, 0, 0, 5, 0, FA_BF16, FA_BACKEND_CPU };
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
 #define NUM(flag, field) if (!strcmp(o, flag) && val) { a->field = atoll(val); i++; continue; }
@@ -53,7 +53,8 @@ static int parse(int argc, char **argv, bench_args *a)
         }
         return -1;
     }
-    if (a->H % a->Hkv) return -1;
+    if (a->Hkv == 0) a->Hkv = a->H;   /* default: as many K/V heads as query heads */
+    if (a->H <= 0 || a->Hkv <= 0 || a->H % a->Hkv) return -1;
     return a->reps >= 1 ? 0 : -1;
 }
 

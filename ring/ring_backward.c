@@ -52,7 +52,7 @@ static void bwd_alloc(ring_status *s, const ring_geom *g, int64_t nq, bwd_scratc
 {
     memset(w, 0, sizeof *w);
     w->nq = nq;
-    if (!g->qlen) return;   /* ring_setup already failed */
+    if (!g->qlen || s->st != FA_OK) return;   /* ring_setup already failed */
     size_t qrows = sizeof(float) * (size_t)(g->B * nq * g->H * g->dqk);
     size_t blk = dkv_bytes(g, g->max_nk);
     w->dq = ring_alloc(s, qrows, "dq");
@@ -163,7 +163,7 @@ FA_API fa_status fa_ring_backward(fa_context *ctx, MPI_Comm comm, fa_tensor *dq,
     check_args(ctx, &s, fn, dq, dk, dv, dsinks, dout, q, k, v, out, lse, layout, opt, &a);
     if (ring_agree(comm, &s) != FA_OK) return s.st;
     ring_geom g;
-    if (ring_setup(ctx, comm, fn, &s, &g, &a) != FA_OK) return s.st;
+    if (ring_setup(comm, fn, &s, &g, &a) != FA_OK) return s.st;
     bwd_scratch w;
     bwd_alloc(&s, &g, q->shape[1], &w);
     if (ring_agree(comm, &s) != FA_OK) { bwd_free(&w); ring_geom_free(&g); return s.st; }

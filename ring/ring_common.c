@@ -2,6 +2,7 @@
  * block messages and copies that fa_ring_forward and fa_ring_backward share. */
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,8 +164,8 @@ static const char *arg_mismatch(const ring_args *a, const ring_args *b)
     return NULL;
 }
 
-fa_status ring_setup(fa_context *ctx, MPI_Comm comm, const char *fn, ring_status *s,
-                     ring_geom *g, const ring_args *mine)
+fa_status ring_setup(MPI_Comm comm, const char *fn, ring_status *s, ring_geom *g,
+                     const ring_args *mine)
 {
     memset(g, 0, sizeof *g);
     MPI_Comm_size(comm, &g->R);
@@ -215,7 +216,13 @@ fa_status ring_setup(fa_context *ctx, MPI_Comm comm, const char *fn, ring_status
     g->dqk = mine->dqk; g->dv = mine->dv; g->dt = (fa_dtype)mine->dt;
     g->esz = fa_dtype_size(g->dt);
     free(all);
-    (void)ctx;
+    /* The largest message: a K/V block, or the backward's fp32 dK/dV block. */
+    size_t kvb = ring_kv_bytes(g, g->max_nk);
+    size_t dkvb = ring_round64(sizeof(float) * (size_t)(g->B * g->max_nk * g->Hkv) *
+                               (size_t)(g->dqk + g->dv));
+    if ((kvb > dkvb ? kvb : dkvb) / 64 > (size_t)INT_MAX)
+        ring_fail(s, FA_ERR_UNSUPPORTED, "%s: a K/V block of %zu bytes is over what one "
+                  "MPI message carries here (128 GiB)", fn, kvb > dkvb ? kvb : dkvb);
     return FA_OK;
 }
 
@@ -316,16 +323,21 @@ void ring_pack_kv(const ring_geom *g, void *buf, const fa_tensor *k, const fa_te
     pack_one(v, ring_block_v(g, buf, v->shape[1]), g->esz);
 }
 
+/* Messages count 64-byte units so that an int count reaches 128 GiB. The type is
+   committed once and kept for the life of the process. */
+static MPI_Datatype unit64_type = MPI_DATATYPE_NULL;
+static pthread_once_t unit64_once = PTHREAD_ONCE_INIT;
+
+static void unit64_init(void)
+{
+    MPI_Type_contiguous(64, MPI_BYTE, &unit64_type);
+    MPI_Type_commit(&unit64_type);
+}
+
 static MPI_Datatype unit64(void)
 {
-    static MPI_Datatype t = MPI_DATATYPE_NULL;   /* committed once, kept for the process */
-    if (t == MPI_DATATYPE_NULL) {
-        MPI_Datatype n;
-        MPI_Type_contiguous(64, MPI_BYTE, &n);
-        MPI_Type_commit(&n);
-        t = n;
-    }
-    return t;
+    pthread_once(&unit64_once, unit64_init);
+    return unit64_type;
 }
 
 int ring_isend(MPI_Comm comm, const void *buf, size_t bytes, int to, int tag, MPI_Request *rq)

@@ -30,7 +30,7 @@ static void fwd_alloc(ring_status *s, const ring_geom *g, int64_t nq, fwd_scratc
 {
     memset(w, 0, sizeof *w);
     w->nq = nq;
-    if (!g->qlen) return;   /* ring_setup already failed */
+    if (!g->qlen || s->st != FA_OK) return;   /* ring_setup already failed */
     size_t rows = sizeof(float) * (size_t)(g->B * nq * g->H * g->dv);
     size_t lses = sizeof(float) * (size_t)(g->B * g->H * nq);
     w->acc = ring_alloc(s, rows, "the running output");
@@ -133,7 +133,7 @@ FA_API fa_status fa_ring_forward(fa_context *ctx, MPI_Comm comm, fa_tensor *out,
     check_args(ctx, &s, fn, out, lse, q, k, v, layout, opt, &a);
     if (ring_agree(comm, &s) != FA_OK) return s.st;
     ring_geom g;
-    if (ring_setup(ctx, comm, fn, &s, &g, &a) != FA_OK) return s.st;
+    if (ring_setup(comm, fn, &s, &g, &a) != FA_OK) return s.st;
     fwd_scratch w;
     fwd_alloc(&s, &g, q->shape[1], &w);
     if (ring_agree(comm, &s) != FA_OK) { fwd_free(&w); ring_geom_free(&g); return s.st; }

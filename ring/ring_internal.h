@@ -64,12 +64,14 @@ void      ring_set_error(const char *msg);
 void      ring_set_stats(const fa_ring_stats *st);
 double    ring_now(void);
 
-/* Local argument checks and the exchange that checks all ranks agree; fills g on
- * success. fn names the public function in messages. */
-fa_status ring_setup(fa_context *ctx, MPI_Comm comm, const char *fn, ring_status *s,
-                     ring_geom *g, const ring_args *mine);
+/* Exchanges every rank's arguments: a disagreement returns INVALID_ARG (the same verdict
+ * on every rank, no ring_agree needed); otherwise fills g and returns FA_OK, with a local
+ * failure (no memory, a message over 128 GiB) left in s for the next ring_agree. */
+fa_status ring_setup(MPI_Comm comm, const char *fn, ring_status *s, ring_geom *g,
+                     const ring_args *mine);
 void      ring_geom_free(ring_geom *g);
-/* Validation of options that the ring does not serve, and the host-only rule. */
+/* Local checks of ctx, q, k, v and the layout (NULL: contiguous over the whole shard);
+ * fills a with what every rank must agree on. fn names the public function. */
 void      ring_check_common(fa_context *ctx, ring_status *s, const char *fn,
                             const fa_tensor *q, const fa_tensor *k, const fa_tensor *v,
                             const fa_ring_layout *layout, const fa_options *opt,

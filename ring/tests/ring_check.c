@@ -198,6 +198,26 @@ void rc_free(rc_problem *p)
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
 }
 
+fa_tensor rc_view(const void *shard, fa_dtype dt, int64_t B, int64_t S, int64_t H, int64_t d,
+                  int padded, void **mem)
+{
+    *mem = NULL;
+    if (!padded) return fa_tensor_contiguous((void *)shard, dt, B, S, H, d);
+    size_t e = fa_dtype_size(dt);
+    int64_t sh = d + 3, ss = H * sh + 2, sb = S * ss + 5;
+    char *p = malloc((size_t)(B * sb + 1) * e);
+    memset(p, 0xff, (size_t)(B * sb + 1) * e);   /* padding is NaN: reading it shows */
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t s = 0; s < S; s++)
+            for (int64_t h = 0; h < H; h++)
+                memcpy(p + (size_t)(b * sb + s * ss + h * sh) * e,
+                       (const char *)shard + (size_t)(((b * S + s) * H + h) * d) * e,
+                       (size_t)d * e);
+    *mem = p;
+    fa_tensor t = { p, dt, { B, S, H, d }, { sb, ss, sh, 1 } };
+    return t;
+}
+
 /* ---- output buffers ------------------------------------------------------------------ */
 #define GUARD 40
 

@@ -30,6 +30,7 @@ typedef struct {
     float softcap;
     int deterministic;   /* also: the backward twice, bitwise equal                       */
     uint64_t seed;
+    int padded;          /* the shards are strided views (padded heads and rows)           */
 } rc_case;
 
 /* The whole problem and each rank's rows of it. */
@@ -56,6 +57,11 @@ typedef struct {
 int  rc_build(rc_problem *p, const rc_case *c, int R, int rank, fa_context *ctx,
               char *msg, size_t len);
 void rc_free(rc_problem *p);
+
+/* A view of a contiguous [B, S, H, d] shard: the shard itself, or (padded) a copy with
+   padding after each head, each row and each batch entry; *mem gets what to free. */
+fa_tensor rc_view(const void *shard, fa_dtype dt, int64_t B, int64_t S, int64_t H, int64_t d,
+                  int padded, void **mem);
 
 /* Output buffers with guard bands and NaN poison. */
 typedef struct { fa_tensor t; unsigned char *base; size_t bytes, guard; } rc_buf;

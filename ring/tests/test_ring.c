@@ -19,15 +19,17 @@
 static int R, rank_;
 
 static const rc_case cases[] = {
-    /* name            B  H Hkv dqk dv  dt      odt     causal                   kind               unev empty kvd sinks softcap det seed */
-    { "plain",         2, 4, 4, 16, 16, FA_F32, FA_F32, FA_CAUSAL_NONE,         FA_RING_CONTIGUOUS, 0, -1, 0, 0, 0.0f, 0, 11 },
-    { "causal-tl",     1, 4, 2, 16, 8,  FA_F32, FA_F32, FA_CAUSAL_TOP_LEFT,     FA_RING_CONTIGUOUS, 1, -1, 0, 0, 0.0f, 0, 12 },
-    { "causal-br-sq>sk", 1, 2, 1, 8, 8, FA_F32, FA_F32, FA_CAUSAL_BOTTOM_RIGHT, FA_RING_CONTIGUOUS, 1, 1, 0, 1, 0.0f, 0, 13 },
-    { "causal-br-sk>sq", 2, 4, 2, 8, 16, FA_F32, FA_F32, FA_CAUSAL_BOTTOM_RIGHT, FA_RING_CONTIGUOUS, 1, 0, 3, 0, 0.0f, 1, 14 },
-    { "zigzag-tl",     1, 8, 2, 16, 16, FA_F32, FA_F32, FA_CAUSAL_TOP_LEFT,     FA_RING_ZIGZAG,     0, -1, 0, 1, 0.0f, 1, 15 },
-    { "zigzag-br-uneven", 1, 4, 1, 16, 16, FA_F32, FA_F32, FA_CAUSAL_BOTTOM_RIGHT, FA_RING_ZIGZAG, 1, 2, 2, 1, 5.0f, 0, 16 },
-    { "zigzag-noncausal-bf16", 2, 4, 2, 32, 32, FA_BF16, FA_F32, FA_CAUSAL_NONE, FA_RING_ZIGZAG, 1, 3, 1, 0, 0.0f, 0, 17 },
-    { "causal-f16-out-f16", 1, 4, 4, 16, 16, FA_F16, FA_F16, FA_CAUSAL_TOP_LEFT, FA_RING_ZIGZAG, 1, -1, 0, 1, 0.0f, 1, 18 },
+    /* name            B  H Hkv dqk dv  dt      odt     causal                   kind               unev empty kvd sinks softcap det seed padded */
+    { "plain",         2, 4, 4, 16, 16, FA_F32, FA_F32, FA_CAUSAL_NONE,         FA_RING_CONTIGUOUS, 0, -1, 0, 0, 0.0f, 0, 11, 0 },
+    { "causal-tl",     1, 4, 2, 16, 8,  FA_F32, FA_F32, FA_CAUSAL_TOP_LEFT,     FA_RING_CONTIGUOUS, 1, -1, 0, 0, 0.0f, 0, 12, 0 },
+    { "causal-br-sq>sk", 1, 2, 1, 8, 8, FA_F32, FA_F32, FA_CAUSAL_BOTTOM_RIGHT, FA_RING_CONTIGUOUS, 1, 1, 0, 1, 0.0f, 0, 13, 0 },
+    { "causal-br-sk>sq", 2, 4, 2, 8, 16, FA_F32, FA_F32, FA_CAUSAL_BOTTOM_RIGHT, FA_RING_CONTIGUOUS, 1, 0, 3, 0, 0.0f, 1, 14, 0 },
+    { "zigzag-tl",     1, 8, 2, 16, 16, FA_F32, FA_F32, FA_CAUSAL_TOP_LEFT,     FA_RING_ZIGZAG,     0, -1, 0, 1, 0.0f, 1, 15, 0 },
+    { "zigzag-br-uneven", 1, 4, 1, 16, 16, FA_F32, FA_F32, FA_CAUSAL_BOTTOM_RIGHT, FA_RING_ZIGZAG, 1, 2, 2, 1, 5.0f, 0, 16, 0 },
+    { "zigzag-noncausal-bf16", 2, 4, 2, 32, 32, FA_BF16, FA_F32, FA_CAUSAL_NONE, FA_RING_ZIGZAG, 1, 3, 1, 0, 0.0f, 0, 17, 0 },
+    { "causal-f16-out-f16", 1, 4, 4, 16, 16, FA_F16, FA_F16, FA_CAUSAL_TOP_LEFT, FA_RING_ZIGZAG, 1, -1, 0, 1, 0.0f, 1, 18, 0 },
+    { "strided-zigzag-br", 2, 4, 2, 8, 16, FA_BF16, FA_BF16, FA_CAUSAL_BOTTOM_RIGHT, FA_RING_ZIGZAG, 1, 1, 1, 0, 0.0f, 0, 19, 1 },
+    { "strided-plain",     1, 2, 2, 16, 8, FA_F32, FA_F32, FA_CAUSAL_NONE, FA_RING_CONTIGUOUS, 1, -1, 2, 1, 0.0f, 0, 20, 1 },
 };
 
 static fa_context *make_ctx(fa_backend b)
@@ -54,12 +56,11 @@ static int run_case(fa_context *ctx, const char *bname, const rc_case *c)
         return 1;
     }
     int f = 0;
-    size_t e = fa_dtype_size(c->dt);
-    (void)e;
-    fa_tensor q = fa_tensor_contiguous(p.lq, c->dt, c->B, p.nq, c->H, c->dqk);
-    fa_tensor k = fa_tensor_contiguous(p.lk, c->dt, c->B, p.nk, c->Hkv, c->dqk);
-    fa_tensor v = fa_tensor_contiguous(p.lv, c->dt, c->B, p.nk, c->Hkv, c->dv);
-    fa_tensor dout = fa_tensor_contiguous(p.ldout, c->dt, c->B, p.nq, c->H, c->dv);
+    void *mem[4];
+    fa_tensor q = rc_view(p.lq, c->dt, c->B, p.nq, c->H, c->dqk, c->padded, &mem[0]);
+    fa_tensor k = rc_view(p.lk, c->dt, c->B, p.nk, c->Hkv, c->dqk, c->padded, &mem[1]);
+    fa_tensor v = rc_view(p.lv, c->dt, c->B, p.nk, c->Hkv, c->dv, c->padded, &mem[2]);
+    fa_tensor dout = rc_view(p.ldout, c->dt, c->B, p.nq, c->H, c->dv, c->padded, &mem[3]);
     rc_buf out, dq, dk, dv, dq2, dk2, dv2;
     rc_buf_new(&out, c->odt, c->B, p.nq, c->H, c->dv);
     float *lse = malloc(sizeof(float) * (size_t)(c->B * c->H * p.nq) + 4);
@@ -103,6 +104,7 @@ static int run_case(fa_context *ctx, const char *bname, const rc_case *c)
 done_fwd:
     rc_buf_free(&out);
     free(lse);
+    for (int i = 0; i < 4; i++) free(mem[i]);
     rc_free(&p);
     return f;
 }
