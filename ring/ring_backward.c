@@ -74,9 +74,10 @@ typedef struct {
 } bwd_inputs;
 
 /* This rank's contribution to the block of rank `owner` (in buf): dq into w->dq, the
- * block's dk/dv into w->part. */
+ * block's dk/dv into w->part. rq: the step's messages, tested between calls. */
 static void backward_block(fa_context *ctx, ring_status *s, const ring_geom *g, int owner,
-                           void *buf, const bwd_inputs *in, bwd_scratch *w)
+                           void *buf, const bwd_inputs *in, bwd_scratch *w, MPI_Request *rq,
+                           int nrq)
 {
     ring_call c[RING_MAX_CALLS];
     int n = ring_calls(g, g->rank, owner, c);
@@ -104,6 +105,8 @@ static void backward_block(fa_context *ctx, ring_status *s, const ring_geom *g, 
         fa_tensor dkr = ring_rows(&dkp, c[i].k0, c[i].nk), dvr = ring_rows(&dvp, c[i].k0, c[i].nk);
         ring_add(&dkr, &dkc);
         ring_add(&dvr, &dvc);
+        int done;   /* progress (of every message) for MPIs that move data only in calls */
+        MPI_Testall(nrq, rq, &done, MPI_STATUSES_IGNORE);
     }
 }
 
@@ -194,7 +197,7 @@ FA_API fa_status fa_ring_backward(fa_context *ctx, MPI_Comm comm, fa_tensor *dq,
         }
         double c0 = ring_now();
         st.wait_s += c0 - w0;
-        if (s.st == FA_OK) backward_block(ctx, &s, &g, owner, cur, &in, &w);
+        if (s.st == FA_OK) backward_block(ctx, &s, &g, owner, cur, &in, &w, kvrq, nkv);
         double c1 = ring_now();
         st.compute_s += c1 - c0;
         MPI_Wait(&this_recv, MPI_STATUS_IGNORE);

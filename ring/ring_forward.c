@@ -64,10 +64,12 @@ static fa_status merge_rows(fa_context *ctx, const ring_geom *g, fwd_scratch *w,
     return FA_OK;
 }
 
-/* This rank's queries against the block of rank `owner` held in buf. */
+/* This rank's queries against the block of rank `owner` held in buf. Between calls,
+ * MPI_Testall on the step's messages (rq) lets an MPI library that moves data only
+ * inside its calls progress them. */
 static void forward_block(fa_context *ctx, ring_status *s, const ring_geom *g, int owner,
                           void *buf, const fa_tensor *q, const fa_options *base,
-                          fwd_scratch *w)
+                          fwd_scratch *w, MPI_Request *rq, int nrq)
 {
     ring_call c[RING_MAX_CALLS];
     int n = ring_calls(g, g->rank, owner, c);
@@ -83,6 +85,8 @@ static void forward_block(fa_context *ctx, ring_status *s, const ring_geom *g, i
         if (st != FA_OK) { ring_fail_ctx(s, st, ctx, "fa_forward on a block"); return; }
         st = merge_rows(ctx, g, w, c[i].q0, c[i].nq);
         if (st != FA_OK) { ring_fail_ctx(s, st, ctx, "fa_combine of a block"); return; }
+        int done;
+        MPI_Testall(nrq, rq, &done, MPI_STATUSES_IGNORE);
     }
 }
 
@@ -156,7 +160,7 @@ FA_API fa_status fa_ring_forward(fa_context *ctx, MPI_Comm comm, fa_tensor *out,
             st.bytes_sent += (int64_t)outb;
         }
         double c0 = ring_now();
-        if (s.st == FA_OK) forward_block(ctx, &s, &g, owner, cur, q, &base, &w);
+        if (s.st == FA_OK) forward_block(ctx, &s, &g, owner, cur, q, &base, &w, rq, nrq);
         double c1 = ring_now();
         MPI_Waitall(nrq, rq, MPI_STATUSES_IGNORE);
         st.compute_s += c1 - c0;

@@ -27,9 +27,11 @@ static void chunk_lens(const rc_case *c, int R, int r, int64_t q[2], int64_t kv[
         if (i >= nch) continue;
         int64_t n = 6;
         if (c->uneven) n = (int64_t)((c->seed * 31 + (uint64_t)r * 7 + (uint64_t)i * 13) % 11);
+        if (c->uneven == 2) n = 40 + 4 * n;   /* longer: several of the backends' tiles */
         if (R > 1 && c->empty_rank >= 0 && r == c->empty_rank % R) n = 0;
         q[i] = n;
         kv[i] = n + c->kv_delta * (int64_t)((r + i) % 2);
+        if (kv[i] < 0) kv[i] = 0;
     }
 }
 

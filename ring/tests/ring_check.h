@@ -23,9 +23,10 @@ typedef struct {
     fa_dtype dt, odt;
     fa_causal causal;
     fa_ring_kind kind;
-    int uneven;          /* shard lengths differ from rank to rank                       */
+    int uneven;          /* shard lengths differ from rank to rank (1: 0-10, 2: 40-80)    */
     int empty_rank;      /* this rank (mod R, when R > 1) holds nothing; -1: none          */
-    int kv_delta;        /* kv chunk length = q chunk length + kv_delta (>= 0)            */
+    int kv_delta;        /* kv chunk length = q chunk length + kv_delta on every other
+                            chunk (at least 0): Sq != Sk                                */
     int sinks;
     float softcap;
     int deterministic;   /* also: the backward twice, bitwise equal                       */

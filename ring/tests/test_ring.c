@@ -16,19 +16,22 @@
 #include <string.h>
 #include "ring_check.h"
 
-static int R, rank_;
+static int R, rank_, ctx_first;
 
 static const rc_case cases[] = {
     /* name            B  H Hkv dqk dv  dt      odt     causal                   kind               unev empty kvd sinks softcap det seed padded */
     { "plain",         2, 4, 4, 16, 16, FA_F32, FA_F32, FA_CAUSAL_NONE,         FA_RING_CONTIGUOUS, 0, -1, 0, 0, 0.0f, 0, 11, 0 },
     { "causal-tl",     1, 4, 2, 16, 8,  FA_F32, FA_F32, FA_CAUSAL_TOP_LEFT,     FA_RING_CONTIGUOUS, 1, -1, 0, 0, 0.0f, 0, 12, 0 },
-    { "causal-br-sq>sk", 1, 2, 1, 8, 8, FA_F32, FA_F32, FA_CAUSAL_BOTTOM_RIGHT, FA_RING_CONTIGUOUS, 1, 1, 0, 1, 0.0f, 0, 13, 0 },
+    { "causal-br-sq>sk", 1, 2, 1, 8, 8, FA_F32, FA_F32, FA_CAUSAL_BOTTOM_RIGHT, FA_RING_CONTIGUOUS, 1, 1, -4, 1, 0.0f, 0, 13, 0 },
+    { "zigzag-br-sq>sk", 1, 4, 2, 8, 8, FA_F32, FA_F32, FA_CAUSAL_BOTTOM_RIGHT, FA_RING_ZIGZAG, 1, -1, -5, 0, 0.0f, 0, 21, 0 },
     { "causal-br-sk>sq", 2, 4, 2, 8, 16, FA_F32, FA_F32, FA_CAUSAL_BOTTOM_RIGHT, FA_RING_CONTIGUOUS, 1, 0, 3, 0, 0.0f, 1, 14, 0 },
     { "zigzag-tl",     1, 8, 2, 16, 16, FA_F32, FA_F32, FA_CAUSAL_TOP_LEFT,     FA_RING_ZIGZAG,     0, -1, 0, 1, 0.0f, 1, 15, 0 },
     { "zigzag-br-uneven", 1, 4, 1, 16, 16, FA_F32, FA_F32, FA_CAUSAL_BOTTOM_RIGHT, FA_RING_ZIGZAG, 1, 2, 2, 1, 5.0f, 0, 16, 0 },
     { "zigzag-noncausal-bf16", 2, 4, 2, 32, 32, FA_BF16, FA_F32, FA_CAUSAL_NONE, FA_RING_ZIGZAG, 1, 3, 1, 0, 0.0f, 0, 17, 0 },
     { "causal-f16-out-f16", 1, 4, 4, 16, 16, FA_F16, FA_F16, FA_CAUSAL_TOP_LEFT, FA_RING_ZIGZAG, 1, -1, 0, 1, 0.0f, 1, 18, 0 },
     { "strided-zigzag-br", 2, 4, 2, 8, 16, FA_BF16, FA_BF16, FA_CAUSAL_BOTTOM_RIGHT, FA_RING_ZIGZAG, 1, 1, 1, 0, 0.0f, 0, 19, 1 },
+    { "long-zigzag-br", 1, 4, 2, 32, 32, FA_BF16, FA_F32, FA_CAUSAL_BOTTOM_RIGHT, FA_RING_ZIGZAG, 2, -1, 3, 1, 0.0f, 1, 22, 0 },
+    { "long-causal-tl", 1, 2, 1, 64, 64, FA_F32, FA_F32, FA_CAUSAL_TOP_LEFT, FA_RING_CONTIGUOUS, 2, 2, -7, 0, 0.0f, 0, 23, 0 },
     { "strided-plain",     1, 2, 2, 16, 8, FA_F32, FA_F32, FA_CAUSAL_NONE, FA_RING_CONTIGUOUS, 1, -1, 2, 1, 0.0f, 0, 20, 1 },
 };
 
@@ -56,6 +59,9 @@ static int run_case(fa_context *ctx, const char *bname, const rc_case *c)
         return 1;
     }
     int f = 0;
+    if (rank_ == 0 && ctx_first)
+        printf("case %s np%d: Sq=%lld Sk=%lld, this rank %lld q rows, %lld k rows\n", c->name,
+               R, (long long)p.Sq, (long long)p.Sk, (long long)p.nq, (long long)p.nk);
     void *mem[4];
     fa_tensor q = rc_view(p.lq, c->dt, c->B, p.nq, c->H, c->dqk, c->padded, &mem[0]);
     fa_tensor k = rc_view(p.lk, c->dt, c->B, p.nk, c->Hkv, c->dqk, c->padded, &mem[1]);
@@ -224,6 +230,7 @@ int main(int argc, char **argv)
             fails++;
             continue;
         }
+        ctx_first = bi == 0;
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++, checks++)
             fails += run_case(ctx, backends[bi].name, &cases[i]);
         for (int e = 0; e < E_COUNT; e++, checks++)
