@@ -7,7 +7,10 @@
  * of its queries against every block with the log-sum-exp rule (fa_combine). The backward
  * recomputes each block with fa_backward from the saved global lse, keeps dq local and
  * sends each block's dk/dv accumulator along the ring behind its K/V, so that the
- * gradients of a shard come back to its owner.
+ * gradients of a shard come back to its owner. Messages move while the MPI library runs:
+ * the ring tests them (MPI_Testall) between the library calls of a block, so how much of
+ * the communication hides behind the compute depends on the MPI transport and on how many
+ * calls a block takes (flashattn-ring-bench measures it).
  *
  * Library: libflashattn_ring (pkg-config flashattn-ring), built when configure finds MPI.
  * It uses only the public API of libflashattn.
