@@ -4,6 +4,7 @@
 #   tests    : Check (check)
 #   optional : OpenBLAS (the bench's unfused rung), gnuplot (the bench's PNG plot)
 #   python   : torch, numpy, pytest for /usr/bin/python3 (python/run-tests.sh, make check)
+#   ring     : Open MPI (libflashattn_ring and its tests: mpicc, mpirun)
 #   fuzzing  : clang 14 with its runtimes (libFuzzer, sanitizers) and LLVM's OpenMP
 #              (tests/fuzz/run.sh, ThreadSanitizer + Archer; docs/reliability.md)
 set -e
@@ -11,6 +12,7 @@ here=$(dirname "$0")
 pkgs="build-essential autoconf automake libtool pkg-config libhwloc-dev check libopenblas-dev gnuplot-nox"
 pkgs="$pkgs clang libclang-rt-14-dev libomp-14-dev"
 pkgs="$pkgs python3-torch python3-numpy python3-pytest"
+pkgs="$pkgs libopenmpi-dev openmpi-bin"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

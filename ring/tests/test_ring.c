@@ -1,0 +1,247 @@
+/* test_ring.c - fa_ring_forward / fa_ring_backward against the oracle, on every rank.
+ *
+ * Run under mpirun with any number of ranks (ring-np.sh runs 1 to 4). Each rank builds the
+ * same whole-sequence problem, takes its shard by the case's layout, runs the ring, and
+ * checks its rows of out, lse, dq, dk, dv and dsinks (ring_check.h gives the rule). Then
+ * the error cases: a rank given a wrong argument, options the ring does not serve, ranks
+ * that disagree, and a rank that fails during the compute phase: every rank must return
+ * the same error and leave its outputs untouched.
+ *
+ * FA_TEST_BACKENDS=reference,cpu (the default) picks the backends. Exit status 0 when
+ * every check on every rank passed.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "ring_check.h"
+
+static int R, rank_, ctx_first;
+
+static const rc_case cases[] = {
+    /* name            B  H Hkv dqk dv  dt      odt     causal                   kind               unev empty kvd sinks softcap det seed padded */
+    { "plain",         2, 4, 4, 16, 16, FA_F32, FA_F32, FA_CAUSAL_NONE,         FA_RING_CONTIGUOUS, 0, -1, 0, 0, 0.0f, 0, 11, 0 },
+    { "causal-tl",     1, 4, 2, 16, 8,  FA_F32, FA_F32, FA_CAUSAL_TOP_LEFT,     FA_RING_CONTIGUOUS, 1, -1, 0, 0, 0.0f, 0, 12, 0 },
+    { "causal-br-sq>sk", 1, 2, 1, 8, 8, FA_F32, FA_F32, FA_CAUSAL_BOTTOM_RIGHT, FA_RING_CONTIGUOUS, 1, 1, -4, 1, 0.0f, 0, 13, 0 },
+    { "zigzag-br-sq>sk", 1, 4, 2, 8, 8, FA_F32, FA_F32, FA_CAUSAL_BOTTOM_RIGHT, FA_RING_ZIGZAG, 1, -1, -5, 0, 0.0f, 0, 21, 0 },
+    { "causal-br-sk>sq", 2, 4, 2, 8, 16, FA_F32, FA_F32, FA_CAUSAL_BOTTOM_RIGHT, FA_RING_CONTIGUOUS, 1, 0, 3, 0, 0.0f, 1, 14, 0 },
+    { "zigzag-tl",     1, 8, 2, 16, 16, FA_F32, FA_F32, FA_CAUSAL_TOP_LEFT,     FA_RING_ZIGZAG,     0, -1, 0, 1, 0.0f, 1, 15, 0 },
+    { "zigzag-br-uneven", 1, 4, 1, 16, 16, FA_F32, FA_F32, FA_CAUSAL_BOTTOM_RIGHT, FA_RING_ZIGZAG, 1, 2, 2, 1, 5.0f, 0, 16, 0 },
+    { "zigzag-noncausal-bf16", 2, 4, 2, 32, 32, FA_BF16, FA_F32, FA_CAUSAL_NONE, FA_RING_ZIGZAG, 1, 3, 1, 0, 0.0f, 0, 17, 0 },
+    { "causal-f16-out-f16", 1, 4, 4, 16, 16, FA_F16, FA_F16, FA_CAUSAL_TOP_LEFT, FA_RING_ZIGZAG, 1, -1, 0, 1, 0.0f, 1, 18, 0 },
+    { "strided-zigzag-br", 2, 4, 2, 8, 16, FA_BF16, FA_BF16, FA_CAUSAL_BOTTOM_RIGHT, FA_RING_ZIGZAG, 1, 1, 1, 0, 0.0f, 0, 19, 1 },
+    { "long-zigzag-br", 1, 4, 2, 32, 32, FA_BF16, FA_F32, FA_CAUSAL_BOTTOM_RIGHT, FA_RING_ZIGZAG, 2, -1, 3, 1, 0.0f, 1, 22, 0 },
+    { "long-causal-tl", 1, 2, 1, 64, 64, FA_F32, FA_F32, FA_CAUSAL_TOP_LEFT, FA_RING_CONTIGUOUS, 2, 2, -7, 0, 0.0f, 0, 23, 0 },
+    { "strided-plain",     1, 2, 2, 16, 8, FA_F32, FA_F32, FA_CAUSAL_NONE, FA_RING_CONTIGUOUS, 1, -1, 2, 1, 0.0f, 0, 20, 1 },
+};
+
+static fa_context *make_ctx(fa_backend b)
+{
+    fa_context *ctx = NULL;
+    if (fa_context_create(&ctx, b) != FA_OK) return NULL;
+    if (b == FA_BACKEND_CPU) fa_context_set_threads(ctx, 1);   /* ranks share the cores */
+    return ctx;
+}
+
+static int bitwise_equal(const rc_buf *a, const rc_buf *b)
+{
+    return a->bytes == b->bytes && memcmp(a->base, b->base, a->bytes) == 0;
+}
+
+static int run_case(fa_context *ctx, const char *bname, const rc_case *c)
+{
+    char tag[128], msg[320];
+    snprintf(tag, sizeof tag, "%s/%s/np%d", bname, c->name, R);
+    rc_problem p;
+    if (rc_build(&p, c, R, rank_, ctx, msg, sizeof msg) != 0) {
+        printf("FAIL rank %d %s: %s\n", rank_, tag, msg);
+        rc_free(&p);
+        return 1;
+    }
+    int f = 0;
+    if (rank_ == 0 && ctx_first)
+        printf("case %s np%d: Sq=%lld Sk=%lld, this rank %lld q rows, %lld k rows\n", c->name,
+               R, (long long)p.Sq, (long long)p.Sk, (long long)p.nq, (long long)p.nk);
+    void *mem[4];
+    fa_tensor q = rc_view(p.lq, c->dt, c->B, p.nq, c->H, c->dqk, c->padded, &mem[0]);
+    fa_tensor k = rc_view(p.lk, c->dt, c->B, p.nk, c->Hkv, c->dqk, c->padded, &mem[1]);
+    fa_tensor v = rc_view(p.lv, c->dt, c->B, p.nk, c->Hkv, c->dv, c->padded, &mem[2]);
+    fa_tensor dout = rc_view(p.ldout, c->dt, c->B, p.nq, c->H, c->dv, c->padded, &mem[3]);
+    rc_buf out, dq, dk, dv, dq2, dk2, dv2;
+    rc_buf_new(&out, c->odt, c->B, p.nq, c->H, c->dv);
+    float *lse = malloc(sizeof(float) * (size_t)(c->B * c->H * p.nq) + 4);
+    float ds[64], ds2[64];
+    fa_status st = fa_ring_forward(ctx, MPI_COMM_WORLD, &out.t, lse, &q, &k, &v, &p.layout,
+                                   &p.opt);
+    if (st != FA_OK) {
+        printf("FAIL rank %d %s: fa_ring_forward %s: %s\n", rank_, tag, fa_status_string(st),
+               fa_ring_last_error());
+        f++;
+        goto done_fwd;
+    }
+    f += rc_check_forward(&p, tag, &out, lse);
+    rc_buf_new(&dq, c->odt, c->B, p.nq, c->H, c->dqk);
+    rc_buf_new(&dk, c->odt, c->B, p.nk, c->Hkv, c->dqk);
+    rc_buf_new(&dv, c->odt, c->B, p.nk, c->Hkv, c->dv);
+    st = fa_ring_backward(ctx, MPI_COMM_WORLD, &dq.t, &dk.t, &dv.t, c->sinks ? ds : NULL,
+                          &dout, &q, &k, &v, &out.t, lse, &p.layout, &p.opt);
+    if (st != FA_OK) {
+        printf("FAIL rank %d %s: fa_ring_backward %s: %s\n", rank_, tag, fa_status_string(st),
+               fa_ring_last_error());
+        f++;
+    } else {
+        f += rc_check_backward(&p, tag, &dq, &dk, &dv, c->sinks ? ds : NULL);
+    }
+    if (c->deterministic) {   /* the same call again: bitwise the same gradients */
+        rc_buf_new(&dq2, c->odt, c->B, p.nq, c->H, c->dqk);
+        rc_buf_new(&dk2, c->odt, c->B, p.nk, c->Hkv, c->dqk);
+        rc_buf_new(&dv2, c->odt, c->B, p.nk, c->Hkv, c->dv);
+        st = fa_ring_backward(ctx, MPI_COMM_WORLD, &dq2.t, &dk2.t, &dv2.t, c->sinks ? ds2 : NULL,
+                              &dout, &q, &k, &v, &out.t, lse, &p.layout, &p.opt);
+        if (st != FA_OK || !bitwise_equal(&dq, &dq2) || !bitwise_equal(&dk, &dk2) ||
+            !bitwise_equal(&dv, &dv2) ||
+            (c->sinks && memcmp(ds, ds2, sizeof(float) * (size_t)c->H) != 0)) {
+            printf("FAIL rank %d %s: a second deterministic backward differs\n", rank_, tag);
+            f++;
+        }
+        rc_buf_free(&dq2); rc_buf_free(&dk2); rc_buf_free(&dv2);
+    }
+    rc_buf_free(&dq); rc_buf_free(&dk); rc_buf_free(&dv);
+done_fwd:
+    rc_buf_free(&out);
+    free(lse);
+    for (int i = 0; i < 4; i++) free(mem[i]);
+    rc_free(&p);
+    return f;
+}
+
+/* ---- errors ------------------------------------------------------------------------- */
+typedef enum {
+    E_BAD_LAYOUT, E_BAD_KIND, E_RANK_DIFFERS, E_DROPOUT, E_WINDOW, E_ALIBI, E_BIAS,
+    E_BAD_DROPOUT, E_NULL_OUT, E_COMPUTE_FAIL, E_DSINKS_NO_SINKS, E_COUNT
+} err_kind;
+
+static const char *err_name[E_COUNT] = {
+    "layout sum wrong on the last rank", "bad layout kind on rank 0",
+    "heads differ on the last rank", "dropout", "window", "alibi", "bias",
+    "dropout_p = 1.5", "out NULL on the last rank", "q data NULL on the last rank (compute)",
+    "dsinks without sinks"
+};
+
+static fa_status expected(err_kind e)
+{
+    return e == E_DROPOUT || e == E_WINDOW || e == E_ALIBI || e == E_BIAS ? FA_ERR_UNSUPPORTED
+                                                                           : FA_ERR_INVALID_ARG;
+}
+
+/* One erroneous call (forward, or backward for dsinks): every rank must return the
+   expected status and leave its outputs as they were. */
+static int run_error(fa_context *ctx, const char *bname, err_kind e)
+{
+    enum { B = 1, H = 4, D = 8, N = 5 };
+    int last = rank_ == R - 1;
+    float qd[B * N * 2 * H * D], kd[B * N * H * D], vd[B * N * H * D], dod[B * N * H * D];
+    for (size_t i = 0; i < sizeof qd / sizeof qd[0]; i++) qd[i] = (float)((i * 7919) % 13) / 13.0f;
+    for (size_t i = 0; i < sizeof kd / sizeof kd[0]; i++)
+        kd[i] = vd[i] = dod[i] = (float)((i * 104729) % 17) / 17.0f - 0.5f;
+    int64_t h = (e == E_RANK_DIFFERS && last && R > 1) ? 2 * H : H;
+    fa_tensor q = fa_tensor_contiguous(qd, FA_F32, B, N, h, D);
+    fa_tensor k = fa_tensor_contiguous(kd, FA_F32, B, N, H, D);
+    fa_tensor v = fa_tensor_contiguous(vd, FA_F32, B, N, H, D);
+    fa_tensor dout = fa_tensor_contiguous(dod, FA_F32, B, N, h, D);
+    fa_ring_layout L = { FA_RING_CONTIGUOUS, { N, 0 }, { N, 0 } };
+    if (e == E_BAD_LAYOUT && last) L.q_len[0] = N - 1;
+    if (e == E_BAD_KIND && rank_ == 0) L.kind = (fa_ring_kind)7;
+    if (e == E_COMPUTE_FAIL && last) q.data = NULL;
+    float slopes[2 * H] = { 0.5f }, bias_d[N * N] = { 0 };
+    fa_tensor bias = fa_tensor_contiguous(bias_d, FA_F32, 1, N, 1, N);
+    fa_options o = { 0 };
+    if (e == E_DROPOUT) o.dropout_p = 0.1f;
+    if (e == E_BAD_DROPOUT) o.dropout_p = 1.5f;
+    if (e == E_WINDOW) { o.window = 1; o.window_left = 2; o.window_right = 0; }
+    if (e == E_ALIBI) o.alibi_slopes = slopes;
+    if (e == E_BIAS) o.bias = &bias;
+    rc_buf out;
+    rc_buf_new(&out, FA_F32, B, N, h, D);
+    float lse[B * 2 * H * N];
+    memset(lse, 0xff, sizeof lse);
+    fa_status st;
+    int untouched;
+    if (e == E_DSINKS_NO_SINKS) {
+        rc_buf dq, dk, dv;
+        rc_buf_new(&dq, FA_F32, B, N, h, D);
+        rc_buf_new(&dk, FA_F32, B, N, H, D);
+        rc_buf_new(&dv, FA_F32, B, N, H, D);
+        float ds[2 * H];
+        memset(ds, 0xff, sizeof ds);
+        fa_tensor o_t = fa_tensor_contiguous(dod, FA_F32, B, N, h, D);
+        st = fa_ring_backward(ctx, MPI_COMM_WORLD, &dq.t, &dk.t, &dv.t, ds, &dout, &q, &k, &v,
+                              &o_t, lse, &L, &o);
+        untouched = rc_all_poison(&dq) && rc_all_poison(&dk) && rc_all_poison(&dv);
+        for (int i = 0; i < 2 * H; i++) untouched &= isnan(ds[i]);
+        rc_buf_free(&dq); rc_buf_free(&dk); rc_buf_free(&dv);
+    } else {
+        fa_tensor *outp = (e == E_NULL_OUT && last) ? NULL : &out.t;
+        st = fa_ring_forward(ctx, MPI_COMM_WORLD, outp, lse, &q, &k, &v, &L, &o);
+        untouched = rc_all_poison(&out);
+        for (size_t i = 0; i < sizeof lse / sizeof lse[0]; i++) untouched &= isnan(lse[i]);
+    }
+    rc_buf_free(&out);
+    fa_status want = expected(e);
+    if (e == E_RANK_DIFFERS && R == 1) want = FA_OK;   /* nothing differs with one rank */
+    int f = 0;
+    if (st != want) {
+        printf("FAIL rank %d %s/error '%s'/np%d: got %s, want %s (%s)\n", rank_, bname,
+               err_name[e], R, fa_status_string(st), fa_status_string(want),
+               fa_ring_last_error());
+        f++;
+    } else if (want != FA_OK && (!untouched || !*fa_ring_last_error())) {
+        printf("FAIL rank %d %s/error '%s'/np%d: outputs written or no message\n", rank_, bname,
+               err_name[e], R);
+        f++;
+    }
+    return f;
+}
+
+static int backend_wanted(const char *name)
+{
+    const char *env = getenv("FA_TEST_BACKENDS");
+    if (!env || !*env) env = "reference,cpu";
+    size_t n = strlen(name);
+    for (const char *s = env; (s = strstr(s, name)) != NULL; s += n)
+        if ((s == env || s[-1] == ',') && (s[n] == ',' || s[n] == 0)) return 1;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    MPI_Comm_size(MPI_COMM_WORLD, &R);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    const struct { fa_backend b; const char *name; } backends[] = {
+        { FA_BACKEND_REFERENCE, "reference" }, { FA_BACKEND_CPU, "cpu" } };
+    int fails = 0, checks = 0;
+    for (size_t bi = 0; bi < 2; bi++) {
+        if (!backend_wanted(backends[bi].name)) continue;
+        fa_context *ctx = make_ctx(backends[bi].b);
+        if (!ctx) {
+            printf("FAIL rank %d: no %s context: %s\n", rank_, backends[bi].name,
+                   fa_last_error(NULL));
+            fails++;
+            continue;
+        }
+        ctx_first = bi == 0;
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++, checks++)
+            fails += run_case(ctx, backends[bi].name, &cases[i]);
+        for (int e = 0; e < E_COUNT; e++, checks++)
+            fails += run_error(ctx, backends[bi].name, (err_kind)e);
+        fa_context_destroy(ctx);
+    }
+    int total = 0;
+    MPI_Allreduce(&fails, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank_ == 0)
+        printf("test_ring np=%d: %d calls per rank, %d failures over all ranks\n", R, checks,
+               total);
+    MPI_Finalize();
+    return total == 0 && checks > 0 ? 0 : 1;
+}
