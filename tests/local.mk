@@ -6,10 +6,20 @@ EXTRA_DIST += tests/KNOWN_FAILURES.md
 # libFuzzer targets (not built by make; tests/fuzz/run.sh, docs/reliability.md)
 EXTRA_DIST += tests/fuzz/run.sh tests/fuzz/fuzz_args.c tests/fuzz/fuzz_diff.c tests/fuzz/corpus
 
+# liboracle: the double-precision oracle, the naive models and the tolerance rule, the one
+# correctness rule of the suites, fuzz_diff, tests/cuda/test_cuda.c and flashattn-bench's
+# check column (tests/oracle/oracle.h). Built whether or not Check is there (the bench
+# links it).
+noinst_LTLIBRARIES += tests/oracle/liboracle.la
+tests_oracle_liboracle_la_SOURCES = tests/oracle/oracle.h tests/oracle/models.h \
+	tests/oracle/models.c tests/oracle/problem.c tests/oracle/check.c tests/oracle/rule.c
+tests_oracle_liboracle_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests/oracle
+tests_oracle_liboracle_la_CFLAGS = $(AM_CFLAGS)
+
 if HAVE_CHECK
-TESTS_COMMON = tests/oracle.c tests/oracle.h tests/testutil.c tests/testutil.h tests/cases.h
-TESTS_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -I$(top_srcdir)/tests
-TESTS_LDADD = libflashattn.la $(CHECK_LIBS) -lm
+TESTS_COMMON = tests/testutil.c tests/buffers.c tests/runner.c tests/testutil.h tests/cases.h
+TESTS_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -I$(top_srcdir)/tests -I$(top_srcdir)/tests/oracle
+TESTS_LDADD = libflashattn.la tests/oracle/liboracle.la $(CHECK_LIBS) -lm
 
 check_PROGRAMS += tests/test_oracle tests/test_api tests/test_forward tests/test_backward \
 	tests/test_varlen_kvcache tests/test_bad_input tests/test_determinism tests/test_combine \

@@ -1,4 +1,5 @@
-/* oracle.h - the test oracle: naive attention, written from API.md alone.
+/* models.h - the oracle's models: naive attention, one sequence at a time, written from
+ * the API contract alone (docs/api.md).
  *
  * Shares no code with the library except lib/philox.h (the dropout keep-mask definition,
  * which has its own known-answer test in test_oracle.c) and lib/dtype.h (storage
@@ -17,8 +18,8 @@
  *                                   rounded to the storage dtype, results rounded to the
  *                                   output dtype). Only used to size the tolerance.
  */
-#ifndef FA_TEST_ORACLE_H
-#define FA_TEST_ORACLE_H
+#ifndef FA_ORACLE_MODELS_H
+#define FA_ORACLE_MODELS_H
 
 #include <stdint.h>
 #include "flashattn.h"

@@ -1,5 +1,5 @@
-/* oracle.c - naive attention in double (the oracle) and in "same precision" (float with
- * storage-dtype rounding of S, P and the results), one sequence at a time. See oracle.h.
+/* models.c - naive attention in double (the oracle) and in "same precision" (float with
+ * storage-dtype rounding of S, P and the results), one sequence at a time. See models.h.
  *
  * Written from API.md: s = scale*q.k ; softcap ; + ALiBi + bias ; mask ; softmax with the
  * sink logit in the denominator ; dropout on the probabilities (kept ones * 1/(1-p)).
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "oracle.h"
+#include "models.h"
 #include "philox.h"
 #include "dtype.h"
 
