@@ -12,9 +12,13 @@ S=$(pwd)
 CU=$(dirname "$(dirname "$(command -v nvcc)")")
 mkdir -p "$D"
 LIBS="-L$B/.libs -lflashattn -L$CU/lib64 -lcudart_static -lrt -ldl -lpthread -lm"
-for p in test_cuda stress_cuda; do
-  gcc -O2 -Wall -Wextra -I"$S/include" -I"$S/lib" -I"$CU/include" "$S/tests/cuda/$p.c" -o "$D/$p" $LIBS -Wl,-rpath,'$ORIGIN'
-done
+# test_cuda: its parts and liboracle (the oracle and the tolerance rule, tests/oracle/)
+TC="$S/tests/cuda"
+OR="$S/tests/oracle"
+gcc -O2 -Wall -Wextra -I"$S/include" -I"$S/lib" -I"$OR" -I"$CU/include" "$TC/test_cuda.c" "$TC/cuda_util.c" \
+  "$TC/cuda_dense.c" "$TC/cuda_varlen.c" "$OR/models.c" "$OR/problem.c" "$OR/check.c" "$OR/rule.c" \
+  -o "$D/test_cuda" $LIBS -Wl,-rpath,'$ORIGIN'
+gcc -O2 -Wall -Wextra -I"$S/include" -I"$S/lib" -I"$CU/include" "$TC/stress_cuda.c" -o "$D/stress_cuda" $LIBS -Wl,-rpath,'$ORIGIN'
 gcc -O2 -Wall -Wextra -I"$S/include" -I"$CU/include" "$S/bench/gpu/bench_gpu.c" -o "$D/bench_gpu" $LIBS -Wl,-rpath,'$ORIGIN'
 cp -L "$B/.libs/libflashattn.so.0" "$D/"   # a file, not a link: what the programs load
 cp "$B/backends/cuda/.libs/flashattn_cuda.so" "$D/"
