@@ -12,10 +12,11 @@ S=$(pwd)
 CU=$(dirname "$(dirname "$(command -v nvcc)")")
 mkdir -p "$D"
 LIBS="-L$B/.libs -lflashattn -L$CU/lib64 -lcudart_static -lrt -ldl -lpthread -lm"
-# test_cuda: its parts and liboracle (the oracle and the tolerance rule, tests/oracle/)
+# test_cuda: its parts and liboracle (the oracle and the tolerance rule, tests/oracle/;
+# OpenMP: the oracle computes the KV heads of a sequence in parallel)
 TC="$S/tests/cuda"
 OR="$S/tests/oracle"
-gcc -O2 -Wall -Wextra -I"$S/include" -I"$S/lib" -I"$OR" -I"$CU/include" "$TC/test_cuda.c" "$TC/cuda_util.c" \
+gcc -O2 -fopenmp -Wall -Wextra -I"$S/include" -I"$S/lib" -I"$OR" -I"$CU/include" "$TC/test_cuda.c" "$TC/cuda_util.c" \
   "$TC/cuda_dense.c" "$TC/cuda_varlen.c" "$OR/models.c" "$OR/problem.c" "$OR/check.c" "$OR/rule.c" \
   -o "$D/test_cuda" $LIBS -Wl,-rpath,'$ORIGIN'
 gcc -O2 -Wall -Wextra -I"$S/include" -I"$S/lib" -I"$CU/include" "$TC/stress_cuda.c" -o "$D/stress_cuda" $LIBS -Wl,-rpath,'$ORIGIN'

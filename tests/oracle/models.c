@@ -34,7 +34,7 @@ double or_dropout_mult(const or_seq *s, int64_t h, int64_t i, int64_t j)
 {
     if (!(s->dropout_p > 0.0f)) return 1.0;
     fa_dropout_key key = fa_dropout_make_key(s->seed, s->offset, s->dropout_p);
-    if (!fa_dropout_keep(&key, s->drop_b, h, s->drop_i0 + i, j)) return 0.0;
+    if (!fa_dropout_keep(&key, s->drop_b, s->drop_h0 + h, s->drop_i0 + i, j)) return 0.0;
     return 1.0 / (1.0 - (double)s->dropout_p);
 }
 

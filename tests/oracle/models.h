@@ -37,6 +37,7 @@ typedef struct {
     float dropout_p;       /* 0 = off (float: exactly what the caller passes)             */
     uint64_t seed, offset;
     int64_t drop_b;        /* Philox b (batch / sequence index)                           */
+    int64_t drop_h0;       /* Philox h of head 0 (a slice of a call's heads)              */
     int64_t drop_i0;       /* Philox i of query 0 (kvcache: cache_seqlens[b])             */
 } or_seq;
 

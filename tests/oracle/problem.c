@@ -37,49 +37,73 @@ static void far_of(double *a, const double *b, const double *o, int64_t n)
         if (fabs(b[x] - o[x]) > fabs(a[x] - o[x])) a[x] = b[x];
 }
 
-/* scatter a [n][H][D] double array into a problem-wide [rows][H][D] array at row r0 */
-static void put_rows(double *dst, const double *src, int64_t r0, int64_t n, int64_t H,
-                     int64_t D)
-{
-    if (n > 0) memcpy(dst + r0 * H * D, src, sizeof(double) * (size_t)(n * H * D));
-}
-
-static or_seq seq_of(const or_problem *p, const or_seq_data *d)
-{
+/* One KV head's share of one sequence: query heads [h0, h0 + grp) with KV head hk, its
+   inputs gathered into dense arrays of grp (and 1) heads. The models see it as a sequence
+   of its own; every element is computed by the same operations as in the whole sequence,
+   and the slices of a sequence write disjoint parts of the problem-wide arrays, so they
+   run in parallel. */
+typedef struct {
     or_seq s;
-    memset(&s, 0, sizeof s);
-    s.sq = d->sq; s.sk = d->sk; s.hq = p->hq; s.hkv = p->hkv; s.dqk = p->dqk; s.dv = p->dv;
-    s.scale = p->scale; s.causal = p->causal; s.window = p->window; s.wl = p->wl;
-    s.wr = p->wr; s.softcap = p->softcap; s.alibi = p->alibi; s.sinks = p->sinks;
-    s.bias = d->bias; s.dropout_p = p->dropout_p; s.seed = p->seed; s.offset = p->offset;
-    s.drop_b = d->drop_b; s.drop_i0 = d->drop_i0;
-    return s;
+    const or_seq_data *d;
+    int64_t hk, h0, grp;
+    double *q, *k, *v, *dout;
+    double smax, sterm, oterm, vmax, qkmax, domax;   /* this slice's share of the maxima */
+} slice;
+
+static int slice_make(const or_problem *p, const or_seq_data *d, int64_t hk, slice *sl)
+{
+    const int64_t grp = p->hq / p->hkv, h0 = hk * grp;
+    memset(sl, 0, sizeof *sl);
+    sl->d = d; sl->hk = hk; sl->h0 = h0; sl->grp = grp;
+    or_seq *s = &sl->s;
+    s->sq = d->sq; s->sk = d->sk; s->hq = grp; s->hkv = 1; s->dqk = p->dqk; s->dv = p->dv;
+    s->scale = p->scale; s->causal = p->causal; s->window = p->window; s->wl = p->wl;
+    s->wr = p->wr; s->softcap = p->softcap;
+    s->alibi = p->alibi ? p->alibi + h0 : NULL;
+    s->sinks = p->sinks ? p->sinks + h0 : NULL;
+    s->bias = d->bias ? d->bias + h0 * d->sq * d->sk : NULL;
+    s->dropout_p = p->dropout_p; s->seed = p->seed; s->offset = p->offset;
+    s->drop_b = d->drop_b; s->drop_h0 = h0; s->drop_i0 = d->drop_i0;
+    int fail = 0;
+    sl->q = dalloc(d->sq * grp * p->dqk, &fail);
+    sl->k = dalloc(d->sk * p->dqk, &fail);
+    sl->v = dalloc(d->sk * p->dv, &fail);
+    if (d->dout) sl->dout = dalloc(d->sq * grp * p->dv, &fail);
+    if (fail) return -1;
+    for (int64_t i = 0; i < d->sq; i++)
+        for (int64_t g = 0; g < grp; g++) {
+            memcpy(sl->q + (i * grp + g) * p->dqk, d->q + (i * p->hq + h0 + g) * p->dqk,
+                   sizeof(double) * (size_t)p->dqk);
+            if (d->dout)
+                memcpy(sl->dout + (i * grp + g) * p->dv, d->dout + (i * p->hq + h0 + g) * p->dv,
+                       sizeof(double) * (size_t)p->dv);
+        }
+    for (int64_t j = 0; j < d->sk; j++) {
+        memcpy(sl->k + j * p->dqk, d->k + (j * p->hkv + hk) * p->dqk, sizeof(double) * (size_t)p->dqk);
+        memcpy(sl->v + j * p->dv, d->v + (j * p->hkv + hk) * p->dv, sizeof(double) * (size_t)p->dv);
+    }
+    return 0;
 }
 
-static void put_lse(const or_problem *p, double *dst, const double *tl, const or_seq_data *d)
+static void slice_free(slice *sl)
 {
-    for (int64_t h = 0; h < p->hq; h++)
-        for (int64_t i = 0; i < d->sq; i++) dst[h * p->nq + d->q_row + i] = tl[h * d->sq + i];
+    free(sl->q); free(sl->k); free(sl->v); free(sl->dout);
 }
 
-/* The largest |scale| sum_c |q_c k_c| (the size of a score's terms: any fp32 score carries
-   roundoff of that size, and so does an lse dominated by one score) and, for large-logit
-   problems, the largest |scale q.k|. */
-static void score_sizes(const or_problem *p, const or_seq_data *d, or_oracle *o)
+/* scatter a slice's [n][grp][D] array into the problem-wide [rows][H][D] at row r0, heads
+   from h0 */
+static void put_heads(double *dst, const double *src, int64_t r0, int64_t n, int64_t H,
+                      int64_t h0, int64_t grp, int64_t D)
 {
-    const int64_t H = p->hq, Hkv = p->hkv, dqk = p->dqk;
-    for (int64_t h = 0; h < H; h++)
-        for (int64_t i = 0; i < d->sq; i++)
-            for (int64_t j = 0; j < d->sk; j++) {
-                double dot = 0.0, dabs = 0.0;
-                const double *qr = d->q + (i * H + h) * dqk, *kr = d->k + (j * Hkv + h / (H / Hkv)) * dqk;
-                for (int64_t x = 0; x < dqk; x++) {
-                    dot += qr[x] * kr[x];
-                    dabs += fabs(qr[x] * kr[x]);
-                }
-                if (p->large_logits && fabs(dot * p->scale) > o->smax) o->smax = fabs(dot * p->scale);
-                if (isfinite(dabs) && dabs * fabs(p->scale) > o->sterm) o->sterm = dabs * fabs(p->scale);
-            }
+    for (int64_t i = 0; i < n; i++)
+        memcpy(dst + ((r0 + i) * H + h0) * D, src + i * grp * D, sizeof(double) * (size_t)(grp * D));
+}
+
+static void put_lse(const or_problem *p, double *dst, const double *tl, const slice *sl)
+{
+    for (int64_t g = 0; g < sl->grp; g++)
+        for (int64_t i = 0; i < sl->d->sq; i++)
+            dst[(sl->h0 + g) * p->nq + sl->d->q_row + i] = tl[g * sl->d->sq + i];
 }
 
 static void max_into(double *m, const double *x, int64_t n)
@@ -88,95 +112,155 @@ static void max_into(double *m, const double *x, int64_t n)
         if (isfinite(x[i]) && fabs(x[i]) > *m) *m = fabs(x[i]);
 }
 
-/* The forward of one sequence: oracle, naive (the larger error of the two models for
-   half inputs), out's and lse's terms, masked rows and unseen keys. to_sp, to_fl (NULL
-   for fp32 inputs): the two models' out, which the backward models take as given. */
-static int seq_forward(or_oracle *o, const or_seq *s, const or_seq_data *d, double *to_sp,
-                       double **to_fl, double *t_l)
+/* The largest |scale| sum_c |q_c k_c| (the size of a score's terms: any fp32 score carries
+   roundoff of that size, and so does an lse dominated by one score) and, for large-logit
+   problems, the largest |scale q.k|. */
+static void score_sizes(const or_problem *p, slice *sl)
+{
+    const or_seq *s = &sl->s;
+    for (int64_t h = 0; h < s->hq; h++)
+        for (int64_t i = 0; i < s->sq; i++)
+            for (int64_t j = 0; j < s->sk; j++) {
+                double dot = 0.0, dabs = 0.0;
+                const double *qr = sl->q + (i * s->hq + h) * s->dqk, *kr = sl->k + j * s->dqk;
+                for (int64_t x = 0; x < s->dqk; x++) {
+                    dot += qr[x] * kr[x];
+                    dabs += fabs(qr[x] * kr[x]);
+                }
+                if (p->large_logits && fabs(dot * p->scale) > sl->smax) sl->smax = fabs(dot * p->scale);
+                if (isfinite(dabs) && dabs * fabs(p->scale) > sl->sterm) sl->sterm = dabs * fabs(p->scale);
+            }
+}
+
+/* The forward of one slice: oracle, naive (the larger error of the two models for half
+   inputs), out's and lse's terms. oo: the oracle's out; to_sp, to_fl (NULL for fp32
+   inputs): the two models' out, which the backward models take as given; t_l: lse's
+   terms. All [sq][grp][dv] or [grp][sq]. */
+static int slice_forward(or_oracle *o, slice *sl, double *oo, double *to_sp, double **to_fl,
+                         double *t_l)
 {
     const or_problem *p = &o->p;
-    const int64_t H = p->hq, dv = p->dv, r0 = d->q_row;
+    const or_seq *s = &sl->s;
+    const int64_t G = sl->grp, dv = p->dv, n = s->sq * G * dv, r0 = sl->d->q_row;
     int fail = 0;
-    double *to = dalloc(d->sq * H * dv, &fail), *tl = dalloc(H * d->sq, &fail);
-    double *t_o = dalloc(d->sq * H * dv, &fail);
+    double *to = dalloc(n, &fail), *tl = dalloc(G * s->sq, &fail), *t_o = dalloc(n, &fail);
     *to_fl = NULL;
     if (fail) goto done;
-    or_forward(s, d->q, d->k, d->v, to, tl);
-    put_rows(o->out, to, r0, d->sq, H, dv);
-    put_lse(p, o->lse, tl, d);
-    or_forward_sp(s, p->dt, p->odt, d->q, d->k, d->v, to, tl);
-    memcpy(to_sp, to, sizeof(double) * (size_t)(d->sq * H * dv));
+    or_forward(s, sl->q, sl->k, sl->v, oo, tl);
+    put_heads(o->out, oo, r0, s->sq, p->hq, sl->h0, G, dv);
+    put_lse(p, o->lse, tl, sl);
+    or_forward_sp(s, p->dt, p->odt, sl->q, sl->k, sl->v, to, tl);
+    memcpy(to_sp, to, sizeof(double) * (size_t)n);
     if (p->dt != FA_F32) {
-        *to_fl = dalloc(d->sq * H * dv, &fail);
+        *to_fl = dalloc(n, &fail);
         if (fail) goto done;
-        or_forward_sp_flash(s, p->dt, p->odt, d->q, d->k, d->v, *to_fl, NULL);
-        far_of(to, *to_fl, o->out + r0 * H * dv, d->sq * H * dv);
+        or_forward_sp_flash(s, p->dt, p->odt, sl->q, sl->k, sl->v, *to_fl, NULL);
+        far_of(to, *to_fl, oo, n);
     }
-    put_rows(o->n_out, to, r0, d->sq, H, dv);
-    put_lse(p, o->n_lse, tl, d);
+    put_heads(o->n_out, to, r0, s->sq, p->hq, sl->h0, G, dv);
+    put_lse(p, o->n_lse, tl, sl);
     /* out's term floor, and out's and lse's terms per row for dsinks' */
-    or_forward_terms(s, d->q, d->k, d->v, o->out + r0 * H * dv, t_o, t_l);
-    double m = max_abs(t_o, d->sq * H * dv);
-    if (m > o->oterm) o->oterm = m;
-    put_rows(o->tout, t_o, r0, d->sq, H, dv);
-    put_lse(p, o->tlse, t_l, d);
-    for (int64_t i = 0; i < d->sq; i++) {
-        int vis = 0;
-        for (int64_t j = 0; j < d->sk && !vis; j++) vis = or_visible(s, i, j);
-        o->row_masked[r0 + i] = !vis;
-        o->q_used[r0 + i] = 1;
-    }
-    for (int64_t j = 0; j < d->sk; j++) {
-        int vis = 0;
-        for (int64_t i = 0; i < d->sq && !vis; i++) vis = or_visible(s, i, j);
-        o->key_unseen[d->k_row + j] = !vis;
-        o->k_used[d->k_row + j] = 1;
-    }
+    or_forward_terms(s, sl->q, sl->k, sl->v, oo, t_o, t_l);
+    sl->oterm = max_abs(t_o, n);
+    put_heads(o->tout, t_o, r0, s->sq, p->hq, sl->h0, G, dv);
+    put_lse(p, o->tlse, t_l, sl);
+    /* the sizes behind the flush floors */
+    max_into(&sl->vmax, sl->v, s->sk * dv);
+    max_into(&sl->qkmax, sl->k, s->sk * p->dqk);
+    max_into(&sl->qkmax, sl->q, s->sq * G * p->dqk);
+    if (sl->dout) max_into(&sl->domax, sl->dout, s->sq * G * dv);
 done:
     free(to); free(tl); free(t_o);
     return fail ? -1 : 0;
 }
 
-/* The backward of one sequence: oracle, naive, and the terms of dq, dk, dv. */
-static int seq_backward(or_oracle *o, const or_seq *s, const or_seq_data *d,
-                        const double *to_sp, const double *to_fl, const double *t_l)
+/* The backward of one slice: oracle, naive, and the terms of dq, dk, dv. */
+static int slice_backward(or_oracle *o, slice *sl, const double *oo, const double *to_sp,
+                          const double *to_fl, const double *t_l)
 {
     const or_problem *p = &o->p;
-    const int64_t H = p->hq, Hkv = p->hkv, dqk = p->dqk, dv = p->dv;
-    const int64_t r0 = d->q_row, kr0 = d->k_row, sq = d->sq, sk = d->sk;
+    const or_seq *s = &sl->s;
+    const int64_t G = sl->grp, dqk = p->dqk, dv = p->dv, sq = s->sq, sk = s->sk;
+    const int64_t r0 = sl->d->q_row, kr0 = sl->d->k_row, H = p->hq, Hkv = p->hkv, hk = sl->hk;
+    const int64_t nq = sq * G * dqk, nk = sk * dqk, nv = sk * dv;
     int fail = 0;
-    double *gq = dalloc(sq * H * dqk, &fail), *gk = dalloc(sk * Hkv * dqk, &fail);
-    double *gv = dalloc(sk * Hkv * dv, &fail);
-    double *gq2 = dalloc(sq * H * dqk, &fail), *gk2 = dalloc(sk * Hkv * dqk, &fail);
+    double *oq = dalloc(nq, &fail), *ok = dalloc(nk, &fail), *ov = dalloc(nv, &fail);
+    double *gq = dalloc(nq, &fail), *gk = dalloc(nk, &fail), *gv = dalloc(nv, &fail);
+    double *fq = dalloc(nq, &fail), *fk = dalloc(nk, &fail), *fv = dalloc(nv, &fail);
+    double *gq2 = dalloc(nq, &fail), *gk2 = dalloc(nk, &fail);
     if (fail) goto done;
-    or_backward(s, d->q, d->k, d->v, d->dout, gq, gk, gv, o->ds);
-    put_rows(o->dq, gq, r0, sq, H, dqk); put_rows(o->dk, gk, kr0, sk, Hkv, dqk);
-    put_rows(o->dv, gv, kr0, sk, Hkv, dv);
-    or_backward_sp(s, p->dt, p->odt, d->q, d->k, d->v, to_sp, d->dout, gq, gk, gv, o->n_ds);
-    put_rows(o->n_dq, gq, r0, sq, H, dqk); put_rows(o->n_dk, gk, kr0, sk, Hkv, dqk);
-    put_rows(o->n_dv, gv, kr0, sk, Hkv, dv);
+    or_backward(s, sl->q, sl->k, sl->v, sl->dout, oq, ok, ov, o->ds + sl->h0);
+    or_backward_sp(s, p->dt, p->odt, sl->q, sl->k, sl->v, to_sp, sl->dout, gq, gk, gv,
+                   o->n_ds + sl->h0);
     if (to_fl) {   /* the backward from the flash-style model's out; it writes every
-                      element of gq, gk, gv (its dsinks are not compared) */
-        or_backward_sp_flash(s, p->dt, p->odt, d->q, d->k, d->v, to_fl, d->dout, gq, gk, gv, NULL);
-        far_of(o->n_dq + r0 * H * dqk, gq, o->dq + r0 * H * dqk, sq * H * dqk);
-        far_of(o->n_dk + kr0 * Hkv * dqk, gk, o->dk + kr0 * Hkv * dqk, sk * Hkv * dqk);
-        far_of(o->n_dv + kr0 * Hkv * dv, gv, o->dv + kr0 * Hkv * dv, sk * Hkv * dv);
+                      element of fq, fk, fv (its dsinks are not compared) */
+        or_backward_sp_flash(s, p->dt, p->odt, sl->q, sl->k, sl->v, to_fl, sl->dout, fq, fk, fv, NULL);
+        far_of(gq, fq, oq, nq);
+        far_of(gk, fk, ok, nk);
+        far_of(gv, fv, ov, nv);
     }
-    memset(gq, 0, sizeof(double) * (size_t)(sq * H * dqk));
-    memset(gk, 0, sizeof(double) * (size_t)(sk * Hkv * dqk));
-    memset(gv, 0, sizeof(double) * (size_t)(sk * Hkv * dv));
+    put_heads(o->dq, oq, r0, sq, H, sl->h0, G, dqk);
+    put_heads(o->n_dq, gq, r0, sq, H, sl->h0, G, dqk);
+    put_heads(o->dk, ok, kr0, sk, Hkv, hk, 1, dqk);
+    put_heads(o->n_dk, gk, kr0, sk, Hkv, hk, 1, dqk);
+    put_heads(o->dv, ov, kr0, sk, Hkv, hk, 1, dv);
+    put_heads(o->n_dv, gv, kr0, sk, Hkv, hk, 1, dv);
+    memset(gq, 0, sizeof(double) * (size_t)nq);
+    memset(gk, 0, sizeof(double) * (size_t)nk);
+    memset(gv, 0, sizeof(double) * (size_t)nv);
     /* D's terms at the rounding of out as stored: one odt ulp per fp32 ulp when out is
        coarser than fp32 */
-    or_backward_terms(s, d->q, d->k, d->v, o->out + r0 * H * dv, d->dout, t_l,
+    or_backward_terms(s, sl->q, sl->k, sl->v, oo, sl->dout, t_l,
                       or_eps(coarser(FA_F32, p->odt)) / or_eps(FA_F32), gq, gk, gv, gq2, gk2);
     /* P's own roundoff, the root of its squares, joins the terms' floor */
-    for (int64_t x = 0; x < sq * H * dqk; x++) gq[x] += sqrt(gq2[x]);
-    for (int64_t x = 0; x < sk * Hkv * dqk; x++) gk[x] += sqrt(gk2[x]);
-    put_rows(o->t_q, gq, r0, sq, H, dqk); put_rows(o->t_k, gk, kr0, sk, Hkv, dqk);
-    put_rows(o->t_v, gv, kr0, sk, Hkv, dv);
+    for (int64_t x = 0; x < nq; x++) gq[x] += sqrt(gq2[x]);
+    for (int64_t x = 0; x < nk; x++) gk[x] += sqrt(gk2[x]);
+    put_heads(o->t_q, gq, r0, sq, H, sl->h0, G, dqk);
+    put_heads(o->t_k, gk, kr0, sk, Hkv, hk, 1, dqk);
+    put_heads(o->t_v, gv, kr0, sk, Hkv, hk, 1, dv);
 done:
-    free(gq); free(gk); free(gv); free(gq2); free(gk2);
+    free(oq); free(ok); free(ov); free(gq); free(gk); free(gv); free(fq); free(fk); free(fv);
+    free(gq2); free(gk2);
     return fail ? -1 : 0;
+}
+
+/* Everything of one slice. Returns 0, or -1 (out of memory). */
+static int slice_run(or_oracle *o, const or_seq_data *d, int64_t hk, int backward, slice *sl)
+{
+    const or_problem *p = &o->p;
+    if (slice_make(p, d, hk, sl)) { slice_free(sl); return -1; }
+    score_sizes(p, sl);
+    const int64_t n = d->sq * sl->grp * p->dv;
+    int fail = 0;
+    double *oo = dalloc(n, &fail), *to_sp = dalloc(n, &fail), *to_fl = NULL;
+    double *t_l = dalloc(sl->grp * d->sq, &fail);   /* lse's terms: dsinks, gradients */
+    if (!fail) fail = slice_forward(o, sl, oo, to_sp, &to_fl, t_l);
+    if (!fail && backward) fail = slice_backward(o, sl, oo, to_sp, to_fl, t_l);
+    free(oo); free(to_sp); free(to_fl); free(t_l);
+    slice_free(sl);
+    return fail ? -1 : 0;
+}
+
+/* Masked query rows and unseen keys of a sequence (the same for every head). */
+static void visibility(or_oracle *o, const or_seq_data *d)
+{
+    or_seq s;
+    memset(&s, 0, sizeof s);
+    const or_problem *p = &o->p;
+    s.sq = d->sq; s.sk = d->sk; s.causal = p->causal; s.window = p->window;
+    s.wl = p->wl; s.wr = p->wr;
+    for (int64_t i = 0; i < d->sq; i++) {
+        int vis = 0;
+        for (int64_t j = 0; j < d->sk && !vis; j++) vis = or_visible(&s, i, j);
+        o->row_masked[d->q_row + i] = !vis;
+        o->q_used[d->q_row + i] = 1;
+    }
+    for (int64_t j = 0; j < d->sk; j++) {
+        int vis = 0;
+        for (int64_t i = 0; i < d->sq && !vis; i++) vis = or_visible(&s, i, j);
+        o->key_unseen[d->k_row + j] = !vis;
+        o->k_used[d->k_row + j] = 1;
+    }
 }
 
 /* dsinks' reference magnitude: max over heads of sqrt(sum_i (psink_i L_i)^2), psink_i =
@@ -255,27 +339,31 @@ int or_compute(const or_problem *p, int backward, or_oracle *o)
     o->p = *p;
     o->backward = backward;
     if (alloc_all(o)) { or_free(o); return -1; }
-    const int64_t H = p->hq, dv = p->dv;
-    for (int64_t b = 0; b < p->nseq; b++) {
+    int fail = 0;
+    /* sequences one after the other (dsinks sums over them in order), the KV heads of
+       each in parallel */
+    for (int64_t b = 0; b < p->nseq && !fail; b++) {
         const or_seq_data *d = &p->seqs[b];
-        or_seq s = seq_of(p, d);
-        score_sizes(p, d, o);
-        int fail = 0;
-        double *to_sp = dalloc(d->sq * H * dv, &fail), *to_fl = NULL;
-        double *t_l = dalloc(H * d->sq, &fail);   /* lse's terms [H][sq]: dsinks, gradients */
-        if (!fail) fail = seq_forward(o, &s, d, to_sp, &to_fl, t_l);
-        if (!fail) {   /* the sizes behind the flush floors */
-            max_into(&o->vmax, d->v, d->sk * p->hkv * dv);
-            max_into(&o->qkmax, d->k, d->sk * p->hkv * p->dqk);
-            max_into(&o->qkmax, d->q, d->sq * H * p->dqk);
-            if (d->dout) max_into(&o->domax, d->dout, d->sq * H * dv);
-            if (d->sk > o->skmax) o->skmax = d->sk;
-            if (d->sq > o->sqmax) o->sqmax = d->sq;
+        visibility(o, d);
+        if (d->sk > o->skmax) o->skmax = d->sk;
+        if (d->sq > o->sqmax) o->sqmax = d->sq;
+#pragma omp parallel for schedule(dynamic, 1)
+        for (int64_t hk = 0; hk < p->hkv; hk++) {
+            slice sl;
+            int f = slice_run(o, d, hk, backward, &sl);
+#pragma omp critical(or_compute_merge)
+            {
+                if (f) fail = 1;
+                if (sl.smax > o->smax) o->smax = sl.smax;
+                if (sl.sterm > o->sterm) o->sterm = sl.sterm;
+                if (sl.oterm > o->oterm) o->oterm = sl.oterm;
+                if (sl.vmax > o->vmax) o->vmax = sl.vmax;
+                if (sl.qkmax > o->qkmax) o->qkmax = sl.qkmax;
+                if (sl.domax > o->domax) o->domax = sl.domax;
+            }
         }
-        if (!fail && backward) fail = seq_backward(o, &s, d, to_sp, to_fl, t_l);
-        free(to_sp); free(to_fl); free(t_l);
-        if (fail) { or_free(o); return -1; }
     }
+    if (fail) { or_free(o); return -1; }
     if (backward && p->sinks) dsinks_sizes(o);
     return 0;
 }
