@@ -89,8 +89,8 @@ void run_dense(const dcase *c)
         or_oracle orc;
         if (dense_oracle(c, &q, &k, &v, NULL, &al, &sk, &bi, ot, 0, &orc)) { result(name, 0, "oracle: out of memory"); goto done; }
         double *g = host_all(&o, no), *gl = lse_bhs((float *)l.h, c->B, c->H, c->Sq), eo = 0, el = 0;
-        int ok = oracle_ok("out", &orc, OR_OUT, g, &eo);
-        ok &= oracle_ok("lse", &orc, OR_LSE, gl, &el);
+        int ok = oracle_ok(&orc, OR_OUT, g, &eo);
+        ok &= oracle_ok(&orc, OR_LSE, gl, &el);
         result(name, ok && guard_ok(&o), "err/bound out %.2f lse %.2f%s", eo, el, guard_ok(&o) ? "" : " guard");
         free(g); free(gl);
         or_free(&orc);
@@ -165,17 +165,17 @@ void run_backward(const dcase *c, int det)
         or_oracle orc;
         if (dense_oracle(c, &q, &k, &v, &dout, &al, &sk, &bi, gt, 1, &orc)) { result(name, 0, "oracle: out of memory"); goto done; }
         double *g = host_all(&dq, nq);
-        int ok = oracle_ok("dq", &orc, OR_DQ, g, &eq) && guard_ok(&dq);
+        int ok = oracle_ok(&orc, OR_DQ, g, &eq) && guard_ok(&dq);
         free(g);
         g = host_all(&dk, nk);
-        ok &= oracle_ok("dk", &orc, OR_DK, g, &ek) && guard_ok(&dk);
+        ok &= oracle_ok(&orc, OR_DK, g, &ek) && guard_ok(&dk);
         free(g);
         g = host_all(&dv, nv);
-        ok &= oracle_ok("dv", &orc, OR_DV, g, &ev) && guard_ok(&dv);
+        ok &= oracle_ok(&orc, OR_DV, g, &ev) && guard_ok(&dv);
         free(g);
         if (c->sinks) {
             g = host_all(&ds, (size_t)c->H);
-            ok &= oracle_ok("dsinks", &orc, OR_DSINKS, g, &es);
+            ok &= oracle_ok(&orc, OR_DSINKS, g, &es);
             free(g);
         }
         or_free(&orc);

@@ -51,7 +51,7 @@ double *host_all(const buf *b, size_t n);
 /* lse [B][H][S] (float) in the oracle's layout [H][B * S] (malloc'd). */
 double *lse_bhs(const float *l, int64_t B, int64_t H, int64_t S);
 /* ours against the oracle with the rule; prints why on a failure. *ratio: err / bound. */
-int oracle_ok(const char *name, const or_oracle *o, or_tensor t, const double *ours, double *ratio);
+int oracle_ok(const or_oracle *o, or_tensor t, const double *ours, double *ratio);
 
 /* ---- the cases -------------------------------------------------------------------- */
 void run_dense(const dcase *c);                  /* cuda_dense.c */

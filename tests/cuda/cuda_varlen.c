@@ -124,13 +124,13 @@ void run_varlen_bwd(fa_dtype t, int nseq, int d, fa_causal causal, int det)
         or_oracle orc;
         if (varlen_oracle(t, nseq, d, causal, cq, ck, TQ, TK, &q, &k, &v, &dout, 1, &orc)) { result(name, 0, "oracle: out of memory"); goto done; }
         double *g = host_all(&dq, nqe);
-        int ok = oracle_ok("dq", &orc, OR_DQ, g, &eq);
+        int ok = oracle_ok(&orc, OR_DQ, g, &eq);
         free(g);
         g = host_all(&dk, nke);
-        ok &= oracle_ok("dk", &orc, OR_DK, g, &ek);
+        ok &= oracle_ok(&orc, OR_DK, g, &ek);
         free(g);
         g = host_all(&dv, nke);
-        ok &= oracle_ok("dv", &orc, OR_DV, g, &ev);
+        ok &= oracle_ok(&orc, OR_DV, g, &ev);
         free(g);
         or_free(&orc);
         result(name, ok && untouched, "err/bound dq %.2f dk %.2f dv %.2f%s", eq, ek, ev, untouched ? "" : " rows past cu_seqlens written");
@@ -184,8 +184,8 @@ void run_varlen(fa_dtype t, int nseq, int d, fa_causal causal)
         for (size_t i = 0; i < (size_t)H * TQ; i++) gl[i] = ((float *)l.h)[i];
         buf ov = o;
         ov.n = nv;   /* guard_ok looks past n: the extra rows (0xff) then the real guard band */
-        int ok = oracle_ok("out", &orc, OR_OUT, g, &eo);
-        ok &= oracle_ok("lse", &orc, OR_LSE, gl, &el);
+        int ok = oracle_ok(&orc, OR_OUT, g, &eo);
+        ok &= oracle_ok(&orc, OR_LSE, gl, &el);
         result(name, ok && guard_ok(&ov), "err/bound out %.2f lse %.2f%s", eo, el, guard_ok(&ov) ? "" : " guard");
         char n2[160]; snprintf(n2, sizeof n2, "%s rows past cu_seqlens untouched", name);
         result(n2, untouched, "");
@@ -241,8 +241,8 @@ void run_kvcache(fa_dtype t, int B, int Sq, int snew, int page, int d, fa_causal
         or_oracle orc;
         if (or_compute(&kp, 0, &orc)) { result(name, 0, "oracle: out of memory"); goto done; }
         double *g = host_all(&o, (size_t)B * Sq * H * d), *gl = lse_bhs((float *)l.h, B, H, Sq), eo = 0, el = 0;
-        int ok = oracle_ok("out", &orc, OR_OUT, g, &eo);
-        ok &= oracle_ok("lse", &orc, OR_LSE, gl, &el);
+        int ok = oracle_ok(&orc, OR_OUT, g, &eo);
+        ok &= oracle_ok(&orc, OR_LSE, gl, &el);
         result(name, ok && guard_ok(&o), "err/bound out %.2f lse %.2f%s", eo, el, guard_ok(&o) ? "" : " guard");
         free(g); free(gl);
         or_free(&orc);
