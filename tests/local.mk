@@ -22,11 +22,11 @@ TESTS_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -I$(top_srcdir)/tests -I$(top_srcdir
 TESTS_LDADD = libflashattn.la tests/oracle/liboracle.la $(CHECK_LIBS) -lm
 
 check_PROGRAMS += tests/test_oracle tests/test_api tests/test_forward tests/test_backward \
-	tests/test_varlen_kvcache tests/test_bad_input tests/test_determinism tests/test_combine \
-	tests/test_big
+	tests/test_varlen_kvcache tests/test_bad_input tests/test_edge_calls tests/test_determinism \
+	tests/test_combine tests/test_big
 # Slowest first so that make -j2 check overlaps them best.
 TESTS += tests/test_forward tests/test_backward tests/test_varlen_kvcache \
-	tests/test_determinism tests/test_bad_input tests/test_combine tests/test_api \
+	tests/test_determinism tests/test_bad_input tests/test_edge_calls tests/test_combine tests/test_api \
 	tests/test_oracle tests/test_big tests/amx_emulated.sh
 EXTRA_DIST += tests/amx_emulated.sh
 
@@ -48,6 +48,9 @@ tests_test_varlen_kvcache_LDADD = $(TESTS_LDADD)
 tests_test_bad_input_SOURCES = tests/test_bad_input.c $(TESTS_COMMON)
 tests_test_bad_input_CFLAGS = $(TESTS_CFLAGS)
 tests_test_bad_input_LDADD = $(TESTS_LDADD)
+tests_test_edge_calls_SOURCES = tests/test_edge_calls.c $(TESTS_COMMON)
+tests_test_edge_calls_CFLAGS = $(TESTS_CFLAGS)
+tests_test_edge_calls_LDADD = $(TESTS_LDADD)
 tests_test_determinism_SOURCES = tests/test_determinism.c $(TESTS_COMMON)
 tests_test_determinism_CFLAGS = $(TESTS_CFLAGS)
 tests_test_determinism_LDADD = $(TESTS_LDADD)
