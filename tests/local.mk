@@ -2,7 +2,9 @@
 # Every program runs each case on the backends in FA_TEST_BACKENDS (default
 # reference,cpu). FA_TEST_SLOW=1 adds the full cross-product sweeps; FA_TEST_BIG=1 the
 # > 2^31-element test. See tests/testutil.h.
-EXTRA_DIST += tests/KNOWN_FAILURES.md
+# test_cuda's parts besides test_cuda.c (built on the GPU machine, bench/gpu/build-kit.sh)
+EXTRA_DIST += tests/cuda/cuda_test.h tests/cuda/cuda_util.c tests/cuda/cuda_dense.c \
+	tests/cuda/cuda_varlen.c
 # libFuzzer targets (not built by make; tests/fuzz/run.sh, docs/reliability.md)
 EXTRA_DIST += tests/fuzz/run.sh tests/fuzz/fuzz_args.c tests/fuzz/fuzz_diff.c tests/fuzz/corpus
 
