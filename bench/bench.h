@@ -7,8 +7,7 @@
  * is either measured in this run or computed from a stated model (and labelled so).
  *
  * Files: main.c (the plan of a run), options.c (the command line), data.c (buffers,
- * dtypes, oracle check of the forward), oracle_bwd.c (oracle check of the backward),
- * naive.c (naive and unfused BLAS rungs, forward and backward), peak.c (FMA-throughput
+ * dtypes), check.c (the check column, through liboracle), naive.c (naive and unfused BLAS rungs, forward and backward), peak.c (FMA-throughput
  * ceiling), measure.c (clocks, RSS, perf counters, IO model), rungs.c (one measurement:
  * create, check, time), sweeps.c (the CPU sections: ladder, tiles, seqlen, CPU sweep),
  * gpu.c (the device's description and the GPU sweep), report.c (progress, results, table
@@ -67,29 +66,21 @@ double bp_scale(const bench_shape *sh);
 size_t bp_io_bytes(const bench_shape *sh);            /* q, k, v, out in storage dtype */
 void   bp_shape_str(const bench_shape *sh, char *buf, size_t len);
 
-/* Oracle check of a forward output (storage dtype `odt` at `out`, layout of p->out) on a
- * subset of rows: max |err| against double, the tolerance of the project's one rule
- * (docs/testing.md) sized from a same-precision naive computation of the same rows.
- * Returns 1 on pass. */
+/* check.c: a forward output (storage dtype `odt` at `out`, layout of p->out) on nrows
+ * query rows, checked with liboracle (tests/oracle/oracle.h), the oracle and tolerance
+ * rule of the test suites: err is max|ours - oracle|, tol its bound, nan a non-finite
+ * error (of the tensor worst against its bound). Returns 1 on pass. */
 typedef struct { double err, tol, ref_max; int rows; int nan; } bench_check;
 int    check_forward(const bench_problem *p, const void *out, fa_dtype odt, int nrows,
                      bench_check *c);
-/* Backward check (dq rows and dk/dv rows of a few heads). Returns 1 on pass. */
+/* Backward check: dq, dk, dv of the first and last KV heads (nrows unused). Returns 1
+ * on pass. */
 int    check_backward(const bench_problem *p, int nrows, bench_check *c);
 
 /* The same inputs (and dout, when src has one) stored in dtype `t`: each value of src
  * rounded to t, the fp32 copies holding the rounded values. Not for a paged problem.
  * Returns 0, or -1 (no memory). */
 int    bp_alloc_converted(bench_problem *dst, const bench_problem *src, fa_dtype t);
-
-/* One row of the oracle, query row (b, h, i) against keys [0, je): in double the scores
- * s[j], their max m, the softmax denominator l and the unnormalized output row o[d]; and
- * the same-precision naive version in float with S and P rounded to the storage dtype (sf,
- * mf, lf, of[d]). s, sf: Sk elements. Used by the forward and the backward checks. */
-typedef struct { double m, l; float mf, lf; } oracle_row;
-void   bench_oracle_row(const bench_problem *p, int64_t b, int64_t h, int64_t i, int64_t je,
-                        double *s, float *sf, double *o, float *of, oracle_row *r);
-float  bp_round(fa_dtype t, float x);      /* x rounded to the storage dtype and back  */
 
 /* ------------------------------------------------------------------ rungs ---------- */
 

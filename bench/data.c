@@ -1,8 +1,8 @@
-/* data.c - the benchmark's buffers, storage dtypes, and the oracle check of the forward.
+/* data.c - the benchmark's buffers and storage dtypes.
  *
  * Inputs are drawn from a fixed-seed generator (uniform in [-1, 1); never zeros or
  * constants), stored in the storage dtype, and mirrored in fp32 exactly as stored, so the
- * naive rungs and the oracle see the same numbers as the library.
+ * naive rungs and the oracle (check.c) see the same numbers as the library.
  *
  * Layouts (elements, contiguous): q/out [B, Sq, H, d], k/v [B, Sk, Hkv, d], lse [B, H, Sq];
  * paged cache [num_pages, page_size, Hkv, d] with block_table [B, pages_per_seq].
@@ -81,13 +81,6 @@ void bp_store(void *data, fa_dtype t, size_t i, float x)
     case FA_BF16: ((uint16_t *)data)[i] = f32_to_bf16(x); break;
     default:      ((float *)data)[i] = x; break;
     }
-}
-
-float bp_round(fa_dtype t, float x)
-{
-    if (t == FA_F32) return x;
-    uint16_t h = t == FA_F16 ? f32_to_f16(x) : f32_to_bf16(x);
-    return t == FA_F16 ? f16_to_f32(h) : bf16_to_f32(h);
 }
 
 const char *bp_dtype_name(fa_dtype t)
@@ -313,100 +306,4 @@ void bp_poison_out(bench_problem *p)
 {
     size_t n = (size_t)(p->sh.B * p->sh.Sq * p->sh.H * p->sh.d);
     for (size_t i = 0; i < n; i++) bp_store(p->out, p->sh.dtype, i, NAN);
-}
-
-/* ------------------------------------------------------------ forward check ----- */
-
-void bench_oracle_row(const bench_problem *p, int64_t b, int64_t h, int64_t i, int64_t je,
-                      double *s, float *sf, double *o, float *of, oracle_row *r)
-{
-    const bench_shape *sh = &p->sh;
-    const int64_t d = sh->d, hk = h / (sh->H / sh->Hkv);
-    const double scale = bp_scale(sh);
-    const float *q = p->qf + ((b * sh->Sq + i) * sh->H + h) * d;
-    double m = -INFINITY, l = 0;
-    float mf = -INFINITY, lf = 0;
-    for (int64_t j = 0; j < je; j++) {
-        const float *k = p->kf + ((b * sh->Sk + j) * sh->Hkv + hk) * d;
-        double a = 0;
-        float af = 0;
-        for (int64_t x = 0; x < d; x++) {
-            a += (double)q[x] * k[x];
-            af += q[x] * k[x];
-        }
-        s[j] = a * scale;
-        sf[j] = bp_round(sh->dtype, af * (float)scale);
-        if (s[j] > m) m = s[j];
-        if (sf[j] > mf) mf = sf[j];
-    }
-    for (int64_t x = 0; x < d; x++) o[x] = 0, of[x] = 0;
-    for (int64_t j = 0; j < je; j++) {
-        const float *v = p->vf + ((b * sh->Sk + j) * sh->Hkv + hk) * d;
-        double e = exp(s[j] - m);
-        float ef = bp_round(sh->dtype, expf(sf[j] - mf));
-        l += e;
-        lf += ef;
-        for (int64_t x = 0; x < d; x++) {
-            o[x] += e * v[x];
-            of[x] += ef * v[x];
-        }
-    }
-    r->m = m, r->l = l, r->mf = mf, r->lf = lf;
-}
-
-/* Half an ulp at 1.0 in the storage dtype: the rounding of one add, relative. */
-static double add_eps(fa_dtype t)
-{
-    return t == FA_F16 ? ldexp(1, -11) : t == FA_BF16 ? ldexp(1, -8) : ldexp(1, -24);
-}
-
-int check_forward(const bench_problem *p, const void *out, fa_dtype odt, int nrows,
-                  bench_check *c)
-{
-    const bench_shape *sh = &p->sh;
-    const int64_t d = sh->d, off = sh->Sk - sh->Sq;
-    const int64_t total = sh->B * sh->H * sh->Sq;
-    int n = nrows < total ? nrows : (int)total;
-    double err = 0, err_sp = 0, ref_max = 0;
-    int nan = 0;
-    memset(c, 0, sizeof *c);
-    if (n <= 0) return 1;
-    double *s = malloc((size_t)sh->Sk * sizeof(double)), *o = malloc((size_t)d * sizeof(double));
-    float *sf = malloc((size_t)sh->Sk * sizeof(float)), *of = malloc((size_t)d * sizeof(float));
-    if (!s || !o || !sf || !of) {
-        free(s); free(o); free(sf); free(of);
-        c->nan = 1;
-        return 0;
-    }
-    for (int r = 0; r < n; r++) {
-        /* rows spread evenly over (b, h, i), first and last included */
-        int64_t t = n == 1 ? 0 : (int64_t)((double)r * (double)(total - 1) / (n - 1));
-        int64_t b = t / (sh->H * sh->Sq), h = (t / sh->Sq) % sh->H, i = t % sh->Sq;
-        int64_t je = sh->causal ? i + off + 1 : sh->Sk;
-        if (je > sh->Sk) je = sh->Sk;
-        if (je < 0) je = 0;
-        oracle_row rr;
-        bench_oracle_row(p, b, h, i, je, s, sf, o, of, &rr);
-        const double l = rr.l;
-        const float lf = rr.lf;
-        size_t base = (size_t)(((b * sh->Sq + i) * sh->H + h) * d);
-        for (int64_t x = 0; x < d; x++) {
-            double ref = je > 0 ? o[x] / l : 0.0;
-            double sp = je > 0 ? bp_round(odt, of[x] / lf) : 0.0;
-            double got = bp_load(out, odt, base + (size_t)x);
-            if (got != got) nan = 1;
-            if (fabs(got - ref) > err) err = fabs(got - ref);
-            if (fabs(sp - ref) > err_sp) err_sp = fabs(sp - ref);
-            if (fabs(ref) > ref_max) ref_max = fabs(ref);
-        }
-    }
-    free(s); free(o); free(sf); free(of);
-    c->err = err;
-    c->ref_max = ref_max;
-    c->rows = n;
-    c->nan = nan;
-    c->tol = 2 * err_sp + add_eps(odt) * ref_max;
-    if (odt == FA_F32 && sh->dtype == FA_F32 && c->tol > 1e-5 * ref_max)
-        c->tol = 1e-5 * ref_max;               /* fp32: also relative error <= 1e-5 */
-    return !nan && err <= c->tol;
 }

@@ -2,12 +2,12 @@
 # scripts, the A/B helper and the GPU kit's scripts.
 bin_PROGRAMS += bench/flashattn-bench
 bench_flashattn_bench_SOURCES = \
-	bench/bench.h bench/main.c bench/options.c bench/data.c bench/oracle_bwd.c bench/naive.c \
+	bench/bench.h bench/main.c bench/options.c bench/data.c bench/check.c bench/naive.c \
 	bench/peak.c bench/measure.c bench/rungs.c bench/sweeps.c bench/report.c bench/plot.c \
 	bench/cudrv.c bench/cudrv.h bench/gpu.c
-bench_flashattn_bench_CPPFLAGS = -I$(top_srcdir)/include
+bench_flashattn_bench_CPPFLAGS = -I$(top_srcdir)/include -I$(top_srcdir)/tests/oracle
 bench_flashattn_bench_CFLAGS = $(AM_CFLAGS) $(BLAS_CFLAGS)
-bench_flashattn_bench_LDADD = libflashattn.la -lm $(BLAS_LIBS)
+bench_flashattn_bench_LDADD = libflashattn.la tests/oracle/liboracle.la -lm $(BLAS_LIBS)
 EXTRA_DIST += bench/peers/torch_cpu.py bench/peers/torch_gpu.py bench/ab.sh \
 	bench/gpu/build-kit.sh bench/gpu/kit-env.sh bench/gpu/run-on-gpu.sh bench/gpu/reliability.sh \
 	bench/gpu/ncu.sh

@@ -20,9 +20,9 @@ ring_flashattn_ring_bench_LDADD = libflashattn_ring.la libflashattn.la $(MPI_LIB
 # The oracle comparison on 1 to 4 ranks (ring-np.sh runs mpirun).
 check_PROGRAMS += ring/tests/test_ring
 ring_tests_test_ring_SOURCES = ring/tests/test_ring.c ring/tests/ring_check.c \
-	ring/tests/ring_check.h tests/oracle.c tests/oracle.h
-ring_tests_test_ring_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests
+	ring/tests/ring_check.h
+ring_tests_test_ring_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests/oracle
 ring_tests_test_ring_CFLAGS = $(AM_CFLAGS) $(MPI_CFLAGS)
-ring_tests_test_ring_LDADD = libflashattn_ring.la libflashattn.la $(MPI_LIBS) -lm
+ring_tests_test_ring_LDADD = libflashattn_ring.la libflashattn.la tests/oracle/liboracle.la $(MPI_LIBS) -lm
 TESTS += ring/tests/ring-np.sh
 endif

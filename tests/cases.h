@@ -1,5 +1,5 @@
-/* cases.h - the shape and feature lists of TESTING.md, shared by test_forward.c and
- * test_backward.c (each test program includes it once). */
+/* cases.h - the head dims, (Sq, Sk) pairs and feature variants the forward and backward
+ * sweeps run, shared by test_forward.c and test_backward.c (each includes it once). */
 #ifndef FA_TEST_CASES_H
 #define FA_TEST_CASES_H
 

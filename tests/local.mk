@@ -2,20 +2,33 @@
 # Every program runs each case on the backends in FA_TEST_BACKENDS (default
 # reference,cpu). FA_TEST_SLOW=1 adds the full cross-product sweeps; FA_TEST_BIG=1 the
 # > 2^31-element test. See tests/testutil.h.
+# test_cuda's parts besides test_cuda.c (built on the GPU machine, bench/gpu/build-kit.sh)
+EXTRA_DIST += tests/cuda/cuda_test.h tests/cuda/cuda_util.c tests/cuda/cuda_dense.c \
+	tests/cuda/cuda_varlen.c
 # libFuzzer targets (not built by make; tests/fuzz/run.sh, docs/reliability.md)
 EXTRA_DIST += tests/fuzz/run.sh tests/fuzz/fuzz_args.c tests/fuzz/fuzz_diff.c tests/fuzz/corpus
 
+# liboracle: the double-precision oracle, the naive models and the tolerance rule, the one
+# correctness rule of the suites, fuzz_diff, tests/cuda/test_cuda.c and flashattn-bench's
+# check column (tests/oracle/oracle.h). Built whether or not Check is there (the bench
+# links it).
+noinst_LTLIBRARIES += tests/oracle/liboracle.la
+tests_oracle_liboracle_la_SOURCES = tests/oracle/oracle.h tests/oracle/models.h \
+	tests/oracle/models.c tests/oracle/problem.c tests/oracle/check.c tests/oracle/rule.c
+tests_oracle_liboracle_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests/oracle
+tests_oracle_liboracle_la_CFLAGS = $(AM_CFLAGS)
+
 if HAVE_CHECK
-TESTS_COMMON = tests/oracle.c tests/oracle.h tests/testutil.c tests/testutil.h tests/cases.h
-TESTS_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -I$(top_srcdir)/tests
-TESTS_LDADD = libflashattn.la $(CHECK_LIBS) -lm
+TESTS_COMMON = tests/testutil.c tests/buffers.c tests/runner.c tests/testutil.h tests/cases.h
+TESTS_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -I$(top_srcdir)/tests -I$(top_srcdir)/tests/oracle
+TESTS_LDADD = libflashattn.la tests/oracle/liboracle.la $(CHECK_LIBS) -lm
 
 check_PROGRAMS += tests/test_oracle tests/test_api tests/test_forward tests/test_backward \
-	tests/test_varlen_kvcache tests/test_bad_input tests/test_determinism tests/test_combine \
-	tests/test_big
+	tests/test_varlen_kvcache tests/test_bad_input tests/test_edge_calls tests/test_determinism \
+	tests/test_combine tests/test_big
 # Slowest first so that make -j2 check overlaps them best.
 TESTS += tests/test_forward tests/test_backward tests/test_varlen_kvcache \
-	tests/test_determinism tests/test_bad_input tests/test_combine tests/test_api \
+	tests/test_determinism tests/test_bad_input tests/test_edge_calls tests/test_combine tests/test_api \
 	tests/test_oracle tests/test_big tests/amx_emulated.sh
 EXTRA_DIST += tests/amx_emulated.sh
 
@@ -37,6 +50,9 @@ tests_test_varlen_kvcache_LDADD = $(TESTS_LDADD)
 tests_test_bad_input_SOURCES = tests/test_bad_input.c $(TESTS_COMMON)
 tests_test_bad_input_CFLAGS = $(TESTS_CFLAGS)
 tests_test_bad_input_LDADD = $(TESTS_LDADD)
+tests_test_edge_calls_SOURCES = tests/test_edge_calls.c $(TESTS_COMMON)
+tests_test_edge_calls_CFLAGS = $(TESTS_CFLAGS)
+tests_test_edge_calls_LDADD = $(TESTS_LDADD)
 tests_test_determinism_SOURCES = tests/test_determinism.c $(TESTS_COMMON)
 tests_test_determinism_CFLAGS = $(TESTS_CFLAGS)
 tests_test_determinism_LDADD = $(TESTS_LDADD)

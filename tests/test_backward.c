@@ -113,16 +113,16 @@ START_TEST(test_bwd_slow_sweep)
 }
 END_TEST
 
-/* Cases the fuzzer found (tests/KNOWN_FAILURES.md), replayed as decoded, tiles and threads
-   included: #5 (dsinks against 3 x one sample of the naive's noise: bf16, bf16 inputs with
-   F32 out, fp32), #12 (a gradient that is exactly 0, or that the naive gets exact, held to
-   one ulp), #14 (a NaN key or query row reaching, through 0 * NaN, the gradients of rows
-   or keys that cannot see it), #16 (dq and dk held to the fp32 noise of the terms of
-   dP - D, not of a vanishing result), #18 (an fp32 dsinks below the smallest subnormal).
-   Cases 0, 3-6, 9 and 10 each fail without their fix (5 is the
-   recorded input, 6 its query-side twin). Cases 1 and 2 are rebuilt from #5's description
-   (their bytes were not kept) and passed either way: they stay as coverage of varlen +
-   sinks in bf16 -> F32 and in fp32. */
+/* Cases the fuzzer found, replayed as decoded, tiles and threads included: dsinks held to
+   3 x one sample of the naive's noise (bf16, bf16 inputs with F32 out, fp32); a gradient
+   that is exactly 0, or that the naive gets exact, held to one ulp; a NaN key or query row
+   reaching, through 0 * NaN, the gradients of rows or keys that cannot see it; dq and dk
+   held to the fp32 noise of the terms of dP - D, not of a vanishing result; an fp32
+   dsinks below the smallest subnormal. Cases 0, 3-6, 9 and 10 each fail without their fix
+   (5 is the recorded input, 6 its query-side twin). Cases 1 and 2 are rebuilt from the
+   dsinks finding's description (their bytes were not kept) and passed either way: they
+   stay as coverage of varlen + sinks in bf16 -> F32 and in fp32. The fuzz_diff corpus
+   (tests/fuzz/corpus/fuzz_diff/regress-*) holds the recorded inputs. */
 static int regression_case(int i, tu_case *c)
 {
     static const int64_t lq5b[1] = { 7 }, lk5b[1] = { 4 }, lq5c[1] = { 7 }, lk5c[1] = { 8 };
@@ -130,46 +130,48 @@ static int regression_case(int i, tu_case *c)
     memset(c, 0, sizeof *c);
     c->backward = 1; c->wl = c->wr = -1; c->amp = 1.0;
     switch (i) {
-    case 0:   /* #5, fuzz_diff input sLaFIq1B... (tests/fuzz/corpus/fuzz_diff/kf05-dsinks-bf16) */
-        c->tag = "KF5-dsinks-bf16"; c->seed = 50622;
+    case 0:   /* dsinks' floor, fuzz_diff input sLaFIq1B... (corpus regress-dsinks-bf16) */
+        c->tag = "dsinks-bf16"; c->seed = 50622;
         c->B = 3; c->Sq = 3; c->Sk = 5; c->H = c->Hkv = 3; c->dqk = 15; c->dv = 80;
         c->dt = c->odt = FA_BF16; c->layout = TL_PADDED; c->causal = FA_CAUSAL_BOTTOM_RIGHT;
         c->window = 1; c->wl = 3; c->wr = 0; c->sinks = 1; c->sink_amp = 8.0;
         c->bias = TB_BH_SHAPE1_PADDED; c->bias_dt = FA_BF16; c->deterministic = 1;
         c->dseed = 14137; c->doffset = 142; c->tile_kv = 17; c->threads = 1;
         return 1;
-    case 1:   /* #5, bf16 inputs, F32 out (recorded by its description) */
-        c->tag = "KF5-dsinks-bf16-f32out"; c->seed = 57252; c->varlen = 1;
+    case 1:   /* dsinks' floor, bf16 inputs, F32 out (recorded by its description) */
+        c->tag = "dsinks-bf16-f32out"; c->seed = 57252; c->varlen = 1;
         c->B = 1; c->lq = lq5b; c->lk = lk5b; c->H = 2; c->Hkv = 1; c->dqk = 24; c->dv = 8;
         c->dt = FA_BF16; c->odt = FA_F32; c->causal = FA_CAUSAL_BOTTOM_RIGHT;
         c->softcap = 8.75f; c->sinks = 1; c->tile_q = 1; c->tile_kv = 64; c->threads = 2;
         return 1;
-    case 2:   /* #5, fp32 (recorded by its description) */
-        c->tag = "KF5-dsinks-f32"; c->seed = 27575; c->varlen = 1;
+    case 2:   /* dsinks' floor, fp32 (recorded by its description) */
+        c->tag = "dsinks-f32"; c->seed = 27575; c->varlen = 1;
         c->B = 1; c->lq = lq5c; c->lk = lk5c; c->H = c->Hkv = 1; c->dqk = 7; c->dv = 15;
         c->dt = c->odt = FA_F32; c->causal = FA_CAUSAL_TOP_LEFT;
         c->window = 1; c->wl = 1; c->wr = 2; c->alibi = 1; c->sinks = 1; c->tile_q = 5;
         return 1;
-    case 3:   /* #12, fuzz_diff input b3QgZHUg... (kf12-zero-dq) */
-        c->tag = "KF12-zero-dq"; c->seed = 27753; c->varlen = 1;
+    case 3:   /* a gradient exactly 0, fuzz_diff input b3QgZHUg... (corpus regress-zero-dq) */
+        c->tag = "zero-dq"; c->seed = 27753; c->varlen = 1;
         c->B = 2; c->lq = lq12a; c->lk = lk12a; c->max_slack = 2; c->H = c->Hkv = 1;
         c->dqk = 31; c->dv = 16; c->dt = c->odt = FA_F32; c->layout = TL_TRANSPOSED;
         c->causal = FA_CAUSAL_TOP_LEFT; c->window = 1; c->wl = 0; c->wr = 2;
         c->scale = -1.3125f; c->alibi = 1; c->sink_amp = 8.0; c->dseed = 46345; c->doffset = 10;
         c->tile_q = 2; c->tile_kv = 1; c->threads = 1;
         return 1;
-    case 4:   /* #12, fuzz_diff input NeTerP7H... (kf12-exact-dv) */
-        c->tag = "KF12-exact-dv"; c->seed = 24539;
+    case 4:   /* a dv the naive gets exact, fuzz_diff input NeTerP7H... (corpus
+                 regress-exact-naive-dv) */
+        c->tag = "exact-naive-dv"; c->seed = 24539;
         c->B = 3; c->Sq = 23; c->Sk = 32; c->H = c->Hkv = 1; c->dqk = 32; c->dv = 3;
         c->dt = FA_BF16; c->odt = FA_F32; c->layout = TL_PADDED;
         c->causal = FA_CAUSAL_BOTTOM_RIGHT; c->window = 1; c->wl = 0; c->wr = 7; c->alibi = 1;
         c->bias = TB_B_STRIDE0; c->bias_dt = FA_BF16; c->sink_amp = 8.0;
         c->dseed = 29984; c->doffset = 85; c->tile_q = 8; c->threads = 2;
         return 1;
-    case 5: { /* NaN in a key row, found once #10's skip was lifted (corpus kf14-nan-key):
+    case 5: { /* NaN in a key row, found once fuzz_diff stopped skipping NaN in fully
+                 masked rows (corpus regress-nan-key):
                  rows of a partly masked tile that cannot see the key got dq = NaN */
         static const int64_t lq[2] = { 20, 5 }, lk[2] = { 2, 1 };
-        c->tag = "KF14-nan-key-row"; c->seed = 27067; c->varlen = 1;
+        c->tag = "nan-key-row"; c->seed = 27067; c->varlen = 1;
         c->B = 2; c->lq = lq; c->lk = lk; c->H = 2; c->Hkv = 1; c->dqk = c->dv = 15;
         c->dt = c->odt = FA_F16; c->layout = TL_PADDED; c->causal = FA_CAUSAL_BOTTOM_RIGHT;
         c->wl = 6; c->wr = 0; c->scale = 0.4375f; c->bias_dt = FA_BF16; c->deterministic = 1;
@@ -177,32 +179,32 @@ static int regression_case(int i, tu_case *c)
         c->threads = 1;
         return 1;
     }
-    case 7:   /* #12 again, from the first 480 s fuzz_diff run after the 4-ulp floor: window
+    case 7:   /* an exact-0 dq again, found when the gradient floor was 4 fp32 ulps: window
                  (0, 0), so every dq is exactly 0, with d_v = 31 and scale -1.4375: 5.7 fp32
-                 ulps of gref (corpus kf12-zero-dq-dv31) */
-        c->tag = "KF12-zero-dq-dv31"; c->seed = 8362;
+                 ulps of gref (corpus regress-zero-dq-dv31) */
+        c->tag = "zero-dq-dv31"; c->seed = 8362;
         c->B = 1; c->Sq = 17; c->Sk = 17; c->H = c->Hkv = 2; c->dqk = 96; c->dv = 31;
         c->dt = c->odt = FA_F32; c->layout = TL_PADDED; c->causal = FA_CAUSAL_TOP_LEFT;
         c->window = 1; c->wl = 0; c->wr = 0; c->scale = -1.4375f; c->bias = TB_BH_SHAPE1_PADDED;
         c->bias_dt = FA_F32; c->dseed = 59870; c->doffset = 110; c->nan_mode = TN_Q_ROW;
         c->tile_q = 32; c->threads = 2;
         return 1;
-    case 8:   /* #5 again, from a later fuzz_diff run: fp32, sinks up to 8, softcap, dropout,
-                 d_v = 1: psink = exp(sink - lse) carries fp32 eps x (|sink| + |lse|) of
-                 relative error (corpus kf05-dsinks-f32-lse) */
-        c->tag = "KF5-dsinks-f32-lse"; c->seed = 41611;
+    case 8:   /* dsinks' floor again: fp32, sinks up to 8, softcap, dropout, d_v = 1: psink =
+                 exp(sink - lse) carries fp32 eps x (|sink| + |lse|) of relative error
+                 (corpus regress-dsinks-f32-lse) */
+        c->tag = "dsinks-f32-lse"; c->seed = 41611;
         c->B = 3; c->Sq = 17; c->Sk = 17; c->H = c->Hkv = 1; c->dqk = 1; c->dv = 1;
         c->dt = c->odt = FA_F32; c->window = 1; c->wl = 2; c->wr = 2; c->scale = 1.9375f;
         c->softcap = 27.75f; c->alibi = 1; c->sinks = 1; c->sink_amp = 8.0;
         c->bias = TB_FULL; c->bias_dt = FA_F32;
         c->dropout_p = 0.916667f; c->dseed = 46662; c->doffset = 241; c->tile_q = 8; c->threads = 1;
         return 1;
-    case 9: { /* #16, fuzz_diff input 5PDw8PDw... (kf16-term-floor): logits up to ~1e4, so
-                 every finite row's softmax is one key and dq ~ 1e-20, while the cpu's dq
-                 carries the fp32 roundoff of dP - D (~2.8e-5); the NaN query row 10 makes
-                 every dk and dv NaN, so nothing larger sets gref */
+    case 9: { /* fuzz_diff input 5PDw8PDw... (corpus regress-dq-term-floor-large-logits):
+                 logits up to ~1e4, so every finite row's softmax is one key and dq ~ 1e-20,
+                 while the cpu's dq carries the fp32 roundoff of dP - D (~2.8e-5); the NaN
+                 query row 10 makes every dk and dv NaN, so nothing larger sets gref */
         static const int64_t lq[1] = { 20 }, lk[1] = { 20 };
-        c->tag = "KF16-term-floor"; c->seed = 61680; c->varlen = 1;
+        c->tag = "dq-term-floor-large-logits"; c->seed = 61680; c->varlen = 1;
         c->B = 1; c->lq = lq; c->lk = lk; c->H = c->Hkv = 1; c->dqk = 17; c->dv = 59;
         c->dt = c->odt = FA_F32; c->wl = 5; c->wr = 5; c->scale = 1.0f; c->sinks = 1;
         c->bias_dt = FA_F16; c->dseed = 61566; c->doffset = 240; c->amp = 30.0;
@@ -210,10 +212,10 @@ static int regression_case(int i, tu_case *c)
         c->threads = 1;
         return 1;
     }
-    case 10:  /* #18, fuzz_diff input PwAAAPX/... (kf18-dsinks-underflow): the sink ~1e4
+    case 10:  /* fuzz_diff input PwAAAPX/... (corpus regress-dsinks-underflow): the sink ~1e4
                  below the logits, dsinks ~1e-46, under half the smallest fp32 subnormal:
                  the stored result is 0 */
-        c->tag = "KF18-dsinks-underflow"; c->seed = 209;
+        c->tag = "dsinks-underflow"; c->seed = 209;
         c->B = 3; c->Sq = 17; c->Sk = 17; c->H = c->Hkv = 1; c->dqk = 1; c->dv = 1;
         c->dt = c->odt = FA_F32; c->window = 1; c->wl = 2; c->wr = 2; c->scale = 1.3125f;
         c->alibi = 1; c->sinks = 1; c->sink_amp = 8.0; c->bias = TB_FULL; c->bias_dt = FA_F32;
@@ -222,7 +224,7 @@ static int regression_case(int i, tu_case *c)
         return 1;
     case 6:   /* the same for a NaN query row that sees some keys of a tile but not all:
                  dk of the keys it cannot see must stay finite */
-        c->tag = "KF14-nan-query-row"; c->seed = 2714;
+        c->tag = "nan-query-row"; c->seed = 2714;
         c->B = 1; c->Sq = 6; c->Sk = 6; c->H = c->Hkv = 1; c->dqk = c->dv = 8;
         c->dt = c->odt = FA_F32; c->causal = FA_CAUSAL_TOP_LEFT; c->nan_mode = TN_Q_ROW;
         return 1;

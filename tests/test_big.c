@@ -7,7 +7,7 @@
  * 4096 rows lie past element 2^31. k is zero except its last TAIL rows (random); v is random
  * everywhere. q [1, 3, 2, 64] (GQA 2:1), out F32.
  *   1. window: bottom-right causal with window_left 300: each query sees only keys past
- *      element 2^31. Oracle (tests/oracle.c) on those keys, gathered.
+ *      element 2^31. Oracle (liboracle's models) on those keys, gathered.
  *   2. full: no mask, every key. All zero keys share the logit 0, so sum_j exp(0) v_j =
  *      N mean(v): the oracle runs on one key carrying mean(v) with bias log(N), plus the
  *      TAIL random keys. An offset that wrapped at 2^31 would read the wrong (early) rows
@@ -52,13 +52,13 @@ static void cmp(const float *got, const double *want, int64_t n, double *err, do
     }
 }
 
-/* The tolerance rule of TESTING.md (tu_tol): 2 x the same-precision naive error + floor. */
+/* liboracle's rule (or_tol_plain): 2 x the same-precision naive error + floor. */
 static int tol_ok(const float *got, const double *orc, const double *naive, int64_t n)
 {
     double g[SQ * HQ * D];
     for (int64_t i = 0; i < n; i++) g[i] = got[i];
-    tu_cmp r;
-    return tu_tol(g, orc, naive, n, FA_BF16, FA_F32, 2.0, &r);
+    or_cmp r;
+    return or_tol_plain(g, orc, naive, n, FA_BF16, FA_F32, 2.0, &r);
 }
 
 START_TEST(test_big_kv)

@@ -81,13 +81,13 @@ START_TEST(test_combine_split)
                 for (int64_t h = 0; h < H; h++)
                     for (int64_t c = 0; c < d; c++) g[((b * Sq + i) * H + h) * d + c] = tu_get(out, b, i, h, c);
         for (int64_t x = 0; x < B * H * Sq; x++) gl[x] = ((float *)lse->t.data)[x];
-        tu_cmp rr;
-        ck_assert_msg(tu_tol(g, o, no, B * Sq * H * d, dt, odt, 2.0, &rr),
+        or_cmp rr;
+        ck_assert_msg(or_tol_plain(g, o, no, B * Sq * H * d, dt, odt, 2.0, &rr),
                       "%s: combine of %d parts (seed %d, %s->%s, sinks %d): out err %.3e > %.3e "
                       "(naive %.3e mag %.3e) at %lld: %.9g vs %.9g", be, n, _i, tu_dtype_name(dt),
                       tu_dtype_name(odt), sinks_on, rr.err, rr.bound, rr.nerr, rr.mag,
                       (long long)rr.worst, rr.ours_w, rr.orc_w);
-        ck_assert_msg(tu_tol(gl, ol, nl, B * H * Sq, dt, FA_F32, 2.0, &rr),
+        ck_assert_msg(or_tol_plain(gl, ol, nl, B * H * Sq, dt, FA_F32, 2.0, &rr),
                       "%s: combine of %d parts (seed %d): lse err %.3e > %.3e (naive %.3e) at %lld",
                       be, n, _i, rr.err, rr.bound, rr.nerr, (long long)rr.worst);
         free(g); free(gl);
@@ -160,7 +160,7 @@ START_TEST(test_combine_direct)
                     for (int64_t c = 0; c < d; c++) if (fabs(o[row * d + c]) > mag) mag = fabs(o[row * d + c]);
                     for (int64_t c = 0; c < d; c++) {
                         double got = tu_get(out, b, i, h, c), want = o[row * d + c];
-                        double tol = (mag + 1e-30) * (tu_eps(odt) + 16 * 0x1p-23);
+                        double tol = (mag + 1e-30) * (or_eps(odt) + 16 * 0x1p-23);
                         ck_assert_msg(fabs(got - want) <= tol && !isnan(got),
                                       "%s: combine n=%d (case %d) out[b=%lld,i=%lld,h=%lld,c=%lld] = %.9g, "
                                       "want %.9g", be, n, _i, (long long)b, (long long)i, (long long)h,

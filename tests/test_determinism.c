@@ -1,4 +1,4 @@
-/* test_determinism.c - API.md item 14.
+/* test_determinism.c - the determinism guarantees of docs/api.md.
  *   - fa_forward bitwise equal over 50 repeats, on every backend under test;
  *   - fa_backward with deterministic = 1 bitwise equal over 50 repeats;
  *   - cpu backend: forward and deterministic backward bitwise equal across thread counts

@@ -1,7 +1,7 @@
 /* test_forward.c - fa_forward against the oracle on every backend under test.
  *
- * Default run: every feature of API.md on a small base shape, every head dim, every
- * (Sq, Sk) pair of TESTING.md (one case each), fully masked rows, large logits, NaN
+ * Default run: every feature of the API on a small base shape, every head dim, every
+ * (Sq, Sk) pair of cases.h (one case each), fully masked rows, large logits, NaN
  * propagation, a few big shapes. FA_TEST_SLOW=1 adds the full cross product
  * (head dims x seq pairs x dtypes x causal) -- too slow for `make check` on a small machine
  * with the reference backend. FA_TEST_BIG=1 adds the > 2^31-element tensor test.
@@ -94,7 +94,7 @@ END_TEST
 START_TEST(test_nan_propagation)
 {
     /* NaN in one q row, one k row, one v element: NaN exactly where the oracle has it,
-       every other element within tolerance (API.md item 15). */
+       every other element within tolerance (NaN inputs propagate, docs/api.md). */
     tu_case c = base_case("nan", 600 + (uint64_t)_i);
     c.dt = c.odt = FA_F32;
     c.nan_mode = 1 + _i % 3;
@@ -204,40 +204,40 @@ START_TEST(test_big_tensor)
 }
 END_TEST
 
-/* A case the fuzzer found (tests/KNOWN_FAILURES.md #11), tiles and threads included: bf16
-   inputs, F32 out, dropout. The cpu backend multiplied keep_scale = 1/(1-p) into P before
+/* A case the fuzzer found, tiles and threads included: bf16 inputs, F32 out, dropout. The cpu backend multiplied keep_scale = 1/(1-p) into P before
    rounding P to bf16 for the P V product; the row maximum's P is exactly 1, so every row's
    dominant term carried the same rounding of keep_scale (0.3 % for p = 0.94; 16 of 60
-   data seeds of this shape failed the rule, none since). #11's second input (Sk = 1) is
-   not here: it is #13, a limit of the rule, not of the backend. Cases 1 and 2 are #13's
-   inputs the rule itself failed (they pass the bf16 P paths now: make check runs this
-   suite under FA_CPU_AMX_EMULATE too, tests/amx_emulated.sh). */
+   data seeds of this shape failed the rule, none since). A second input of that finding
+   (Sk = 1) was a limit of the rule, not of the backend, like cases 1 and 2: inputs the
+   rule itself failed when it had one naive model (few roundings of P in a row with few
+   keys); they pass the bf16 P paths now (make check runs this suite under
+   FA_CPU_AMX_EMULATE too, tests/amx_emulated.sh). */
 static int regression_case(int i, tu_case *c)
 {
     memset(c, 0, sizeof *c);
     c->wl = c->wr = -1; c->amp = 1.0; c->dt = FA_BF16; c->odt = FA_F32; c->threads = 2;
     switch (i) {
     case 0:
-        c->tag = "KF11-dropout-0.94"; c->seed = 42354;
+        c->tag = "dropout-0.94-keep-scale"; c->seed = 42354;
         c->B = 3; c->Sq = 4; c->Sk = 39; c->H = c->Hkv = 1; c->dqk = c->dv = 32;
         c->layout = TL_PADDED; c->causal = FA_CAUSAL_TOP_LEFT; c->alibi = 1;
         c->bias = TB_Q_STRIDE0; c->bias_dt = FA_BF16;
         c->dropout_p = 0.940476f; c->dseed = 65535; c->doffset = 255;
         c->tile_q = 64; c->tile_kv = 5;
         return 1;
-    case 1:   /* #13: six keys whose terms P_j v_j cancel (2% of |out| under the bf16 P V
+    case 1:   /* six keys whose terms P_j v_j cancel (2% of |out| under the bf16 P V
                  paths, AMX and the bf16-dot set; the normalized naive model's six P
                  roundings gave 18x less): the flash-style naive model covers it */
-        c->tag = "KF13-six-keys-cancel"; c->seed = 33913;
+        c->tag = "six-keys-cancel"; c->seed = 33913;
         c->B = 1; c->Sq = 1; c->Sk = 6; c->H = c->Hkv = 1; c->dqk = c->dv = 1;
         c->layout = TL_PADDED; c->causal = FA_CAUSAL_BOTTOM_RIGHT;
         c->window = 1; c->wl = 7; c->wr = 5; c->alibi = 1; c->sinks = 1;
         c->bias = TB_FULL; c->bias_dt = FA_BF16; c->deterministic = 1;
         c->tile_q = 5; c->threads = 1;
         return 1;
-    case 2:   /* #13: a row whose one key has P = 1, F32 out 2 ulps off where both naive
+    case 2:   /* a row whose one key has P = 1, F32 out 2 ulps off where both naive
                  models are exact (bf16-dot set); out's floor for F32 of half inputs */
-        c->tag = "KF13-out-two-ulps"; c->seed = 288;
+        c->tag = "f32-out-two-ulps"; c->seed = 288;
         c->B = 3; c->Sq = 23; c->Sk = 32; c->H = c->Hkv = 1; c->dqk = 32; c->dv = 3;
         c->layout = TL_PADDED; c->causal = FA_CAUSAL_BOTTOM_RIGHT;
         c->window = 1; c->wl = 0; c->wr = -1; c->scale = 0.5625f; c->sink_amp = 8;

@@ -70,7 +70,7 @@ static double unif(void)   /* [0, 1) */
    |t| 2^-24 relative), plus 2 |x| where the set rounds the score x = scale s before
    subtracting (generic: no FMA; x = 0 for the sets that form t with one FMA). A second
    rounding at |t| inside the exp (t log2 e in one fp32 product) fails this for |t| > ~8
-   (KNOWN_FAILURES #24). Below t = -87.5 the result is exactly 0 (below fp32's smallest
+   (the kernels carry t log2 e in two parts). Below t = -87.5 the result is exactly 0 (below fp32's smallest
    normal); between -87.5 and -87.3 either is accepted. */
 static void check_exp(const char *set, const char *what, float p, double t, double x, long where)
 {

@@ -311,7 +311,7 @@ START_TEST(test_naive_sp)
             if (fabs(o[x] - o2[x]) > e) e = fabs(o[x] - o2[x]);
             if (fabs(o[x]) > m) m = fabs(o[x]);
         }
-        double lim = dts[t] == FA_F32 ? 1e-6 : 8 * tu_eps(dts[t]);
+        double lim = dts[t] == FA_F32 ? 1e-6 : 8 * or_eps(dts[t]);
         ck_assert_msg(e / m < lim, "naive %s rel err %g", tu_dtype_name(dts[t]), e / m);
         if (dts[t] != FA_F32) ck_assert_msg(e > 0, "naive %s identical to oracle?", tu_dtype_name(dts[t]));
     }

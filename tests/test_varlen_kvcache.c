@@ -246,13 +246,13 @@ static void kv_run(const kv_case *kc)
                 for (int64_t h = 0; h < H; h++)
                     for (int64_t c = 0; c < dv; c++)
                         g_out[((b * Sq + i) * H + h) * dv + c] = tu_get(out, b, i, h, c);
-        tu_cmp r;
-        if (!tu_tol(g_out, o_out, n_out, B * Sq * H * dv, kc->dt, kc->odt, 2.0, &r))
+        or_cmp r;
+        if (!or_tol_plain(g_out, o_out, n_out, B * Sq * H * dv, kc->dt, kc->odt, 2.0, &r))
             KFAIL("%s: out: max err %.3e > bound %.3e (naive %.3e, mag %.3e) at %lld: %.9g vs %.9g",
                   be, r.err, r.bound, r.nerr, r.mag, (long long)r.worst, r.ours_w, r.orc_w);
         if (!kc->no_lse) {
             for (int64_t x = 0; x < B * H * Sq; x++) g_lse[x] = ((float *)lse->t.data)[x];
-            if (!tu_tol(g_lse, o_lse, n_lse, B * H * Sq, kc->dt, FA_F32, 2.0, &r))
+            if (!or_tol_plain(g_lse, o_lse, n_lse, B * H * Sq, kc->dt, FA_F32, 2.0, &r))
                 KFAIL("%s: lse: max err %.3e > bound %.3e (naive %.3e, mag %.3e) at %lld: %.9g vs %.9g",
                       be, r.err, r.bound, r.nerr, r.mag, (long long)r.worst, r.ours_w, r.orc_w);
         }

@@ -1,6 +1,7 @@
-/* testutil.h - shared test machinery: backends under test, buffers with guard bands and
- * NaN poison, the tolerance rule of TESTING.md, and a case runner that checks one
- * fa_forward[_varlen] (+ fa_backward[_varlen]) call on every backend against the oracle.
+/* testutil.h - shared test machinery: backends under test (testutil.c), buffers with
+ * guard bands and NaN poison (buffers.c), and a case runner (runner.c) that checks one
+ * fa_forward[_varlen] (+ fa_backward[_varlen]) call on every backend against the oracle
+ * with the tolerance rule, both from liboracle (tests/oracle/oracle.h).
  *
  * Environment:
  *   FA_TEST_BACKENDS=reference,cpu   backends every case runs on (default: both)
@@ -67,38 +68,7 @@ int     tu_check_unchanged(const tu_buf *b, const char *name, char *msg, size_t 
 /* Copy rows [s0, s0+n) of batch entry tb into a dense double array [n][shape2][shape3]. */
 double *tu_gather(const tu_buf *b, int64_t tb, int64_t s0, int64_t n);
 int     tu_is_poison(const tu_buf *b, int64_t elem);
-double  tu_eps(fa_dtype t);
 const char *tu_dtype_name(fa_dtype t);
-
-/* ---- the tolerance rule ------------------------------------------------------------- */
-typedef struct {
-    double err, nerr, mag, bound;   /* max|ours-oracle|, max|naive-oracle|, max|oracle| */
-    int64_t worst;                  /* index of the worst element (-1: none)             */
-    double ours_w, orc_w;           /* values there                                      */
-} tu_cmp;
-/* max|ours-oracle| <= factor*max|naive-oracle| + max|oracle|*eps(odt); additionally
-   max|ours-oracle| <= 1e-5*max|oracle| when the inputs are F32 (in_dt). Either bound also
-   admits the smallest subnormal of odt (what a stored result can resolve near zero). Non-finite oracle
-   values must be matched exactly (same infinity, or NaN for NaN). Returns 1 if fine. */
-int tu_tol(const double *ours, const double *orc, const double *naive, int64_t n,
-           fa_dtype in_dt, fa_dtype odt, double factor, tu_cmp *r);
-/* The same with the magnitude that sets the floor (and the fp32 relative rule) given:
-   ref_mag = max(ref_mag, max|oracle|). Gradients pass the largest |oracle| gradient of the
-   call (dq of a single-key row is exactly 0 in exact arithmetic but is formed from O(1)
-   terms dP - D), so that an all-zero oracle tensor still gets the noise of its terms. */
-int tu_tol_ref(const double *ours, const double *orc, const double *naive, int64_t n,
-               fa_dtype in_dt, fa_dtype odt, double factor, double ref_mag, tu_cmp *r);
-/* The same with a floor of floor_ulps ulps (of odt) at the reference magnitude instead of
-   one: for results that carry the rounding of a few operations (gradients). */
-int tu_tol_floor(const double *ours, const double *orc, const double *naive, int64_t n,
-                 fa_dtype in_dt, fa_dtype odt, double factor, double ref_mag,
-                 double floor_ulps, tu_cmp *r);
-/* The same with term_floor added to the floor (still under the fp32 relative rule): the
-   fp32 roundoff of terms that cancel in the result (dq, dk: dP - D), which sets the noise
-   of a result much smaller than its terms, whatever implementation forms it. */
-int tu_tol_terms(const double *ours, const double *orc, const double *naive, int64_t n,
-                 fa_dtype in_dt, fa_dtype odt, double factor, double ref_mag,
-                 double floor_ulps, double term_floor, tu_cmp *r);
 
 /* ---- the case runner ------------------------------------------------------------------ */
 enum { TB_NONE = 0, TB_FULL, TB_B_STRIDE0, TB_H_SHAPE1, TB_BH_SHAPE1_PADDED, TB_Q_STRIDE0 };

@@ -15,14 +15,19 @@ S=$(pwd)
 CU=$(dirname "$(dirname "$(command -v nvcc)")")
 mkdir -p "$D"
 LIBS="-L$B/.libs -lflashattn -L$CU/lib64 -lcudart_static -lrt -ldl -lpthread -lm"
-for p in test_cuda stress_cuda; do
-  gcc -O2 -Wall -Wextra -I"$S/include" -I"$S/lib" -I"$CU/include" "$S/tests/cuda/$p.c" -o "$D/$p" $LIBS -Wl,-rpath,'$ORIGIN'
-done
+# test_cuda: its parts and liboracle (the oracle and the tolerance rule, tests/oracle/;
+# OpenMP: the oracle computes the KV heads of a sequence in parallel)
+TC="$S/tests/cuda"
+OR="$S/tests/oracle"
+ORSRC="$OR/models.c $OR/problem.c $OR/check.c $OR/rule.c"
+gcc -O2 -fopenmp -Wall -Wextra -I"$S/include" -I"$S/lib" -I"$OR" -I"$CU/include" "$TC/test_cuda.c" "$TC/cuda_util.c" \
+  "$TC/cuda_dense.c" "$TC/cuda_varlen.c" $ORSRC -o "$D/test_cuda" $LIBS -Wl,-rpath,'$ORIGIN'
+gcc -O2 -Wall -Wextra -I"$S/include" -I"$S/lib" -I"$CU/include" "$TC/stress_cuda.c" -o "$D/stress_cuda" $LIBS -Wl,-rpath,'$ORIGIN'
 # flashattn-bench without the unfused-BLAS rung (its n/a row says so): OpenBLAS alone
 # would take more than half of what the device tool carries.
 cfg=$(mktemp -d)
 sed '/define FA_HAVE_BLAS/d' "$B/config.h" > "$cfg/config.h"
-gcc -O2 -fopenmp -pthread -I"$cfg" -I"$S/include" "$S"/bench/*.c -o "$D/flashattn-bench" \
+gcc -O2 -fopenmp -pthread -I"$cfg" -I"$S/include" -I"$OR" "$S"/bench/*.c $ORSRC -o "$D/flashattn-bench" \
   -L"$B/.libs" -lflashattn -ldl -lm -Wl,-rpath,'$ORIGIN'
 rm -r "$cfg"
 cp -L "$B/.libs/libflashattn.so.0" "$D/"   # a file, not a link: what the programs load

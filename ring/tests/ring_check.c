@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "ring_check.h"
-#include "oracle.h"
+#include "models.h"
 #include "dtype.h"
 
 static uint64_t rnd_next(uint64_t *s)

@@ -23,7 +23,7 @@
  * Checked after each call:
  *   - the status is an fa_status value, and never UNSUPPORTED or INTERNAL from the host
  *     backends' operations;
- *   - when the spec predicate (must_fail, written from API.md and docs/api.md, not from
+ *   - when the spec predicate (must_fail, written from docs/api.md, not from
  *     lib/validate.c) says the call is invalid, the status is FA_ERR_INVALID_ARG;
  *   - a failed call left a one-line message that starts with "<function>:" and wrote
  *     nothing: every buffer (outputs, inputs, caches, lse, dsinks) is byte-for-byte what it
@@ -99,7 +99,7 @@ static size_t extent_bytes(const fa_tensor *t)
 
 /* ---- the spec predicate: sufficient conditions for FA_ERR_INVALID_ARG ---------------- */
 
-/* One tensor on its own (API.md, docs/api.md "Strides"): dtype, negative sizes or strides,
+/* One tensor on its own (docs/api.md, "Strides"): dtype, negative sizes or strides,
    stride[3] != 1, element count or byte extent beyond int64 (only claimed when no
    dimension is 0), an output with stride 0 on a dimension of extent > 1, data NULL on a
    non-empty tensor (except in fa_query*). */

@@ -1,11 +1,11 @@
 /* fuzz_diff.c - libFuzzer differential target: tiny attention problems decoded from the
  * input bytes, run on the reference and CPU backends (FA_TEST_BACKENDS, default both) and
- * compared with the double-precision oracle (tests/oracle.c) under the tolerance rule of
- * TESTING.md.
+ * compared with the double-precision oracle under the tolerance rule, both from liboracle
+ * (tests/oracle/oracle.h).
  *
- * The comparison is the test suite's own case runner, tu_run() in tests/testutil.c: the
- * same tolerance rule (tu_tol_ref), NaN poison of every output, guard bands around every
- * view, "inputs unchanged", exact zeros / -inf for fully masked rows, forward and (when the
+ * The comparison is the test suite's own case runner, tu_run() in tests/runner.c: the
+ * same oracle and rule (or_compute, or_check), NaN poison of every output, guard bands
+ * around every view, "inputs unchanged", exact zeros / -inf for fully masked rows, forward and (when the
  * decoded case asks) backward, dense or packed (varlen). It runs inside a Check runner in
  * no-fork mode; a failed check prints the decoded case (FAIL ... line from tu_run, then a
  * "fuzz_diff: FAILED" line with the tile and thread settings) and abort()s, which is what
@@ -149,7 +149,7 @@ static void decode(reader *r, tu_case *c)
     g_threads = 1 + (int)(u8(r) & 1);
 }
 
-/* Known failures (tests/KNOWN_FAILURES.md, each with a deterministic test or note) are
+/* Known failures (each with a deterministic test or a note in docs/testing.md) are
    skipped so that the fuzzer keeps looking for new ones; FUZZ_NO_SKIP=1 runs them too.
    Remove an entry when its bug is fixed. None is recognized by shape at present. */
 static const char *known_failure(const tu_case *c)
@@ -160,8 +160,7 @@ static const char *known_failure(const tu_case *c)
 static int g_no_skip;
 
 /* Known failures recognized by their message (the check ran and failed in a known way).
-   None at present: #13's class (an F32 out of half inputs within one input rounding) was
-   removed with its fix in the harness (a second, flash-style naive model). */
+   None at present. */
 static const char *known_failure_msg(const tu_case *c, const char *msg)
 {
     (void)c; (void)msg;

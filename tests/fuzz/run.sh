@@ -4,8 +4,8 @@
 # (default 60) over its seed corpus in tests/fuzz/corpus/TARGET (new inputs go to a scratch
 # copy under the build folder; the repo's corpus is not modified). Targets: fuzz_args
 # (argument validation of every public call) and fuzz_diff (tiny problems against the
-# oracle). Run from a configured tree (needs config.h). Exit 1 on a finding; the input that
-# triggered it is left in $FUZZ_BUILD/TARGET-crash-* (reproduce: $FUZZ_BUILD/TARGET FILE).
+# oracle of liboracle, tests/oracle/). Run from a configured tree (needs config.h). Exit 1
+# on a finding; the input that triggered it is left in $FUZZ_BUILD/TARGET-crash-* (reproduce: $FUZZ_BUILD/TARGET FILE).
 #
 # Environment: FUZZ_CC (clang), FUZZ_BUILD (tests/fuzz/build), FUZZ_JOBS (2: parallel
 # compiles), FUZZ_FLAGS (extra libFuzzer flags), FA_TEST_BACKENDS (fuzz_diff: reference,cpu).
@@ -46,7 +46,7 @@ for src in $(mkvar libflashattn_la_SOURCES); do
 done
 [ -s "$list" ] || { echo "fuzz: no sources found in $top/Makefile"; exit 1; }
 
-common="-O1 -fno-omit-frame-pointer -Wno-unknown-warning-option -I$top -I$top/include -I$top/lib -I$top/tests -DFLASHATTN_BUILDING -DHAVE_CONFIG_H $(pkg-config --cflags hwloc check)"
+common="-O1 -fno-omit-frame-pointer -Wno-unknown-warning-option -I$top -I$top/include -I$top/lib -I$top/tests -I$top/tests/oracle -DFLASHATTN_BUILDING -DHAVE_CONFIG_H $(pkg-config --cflags hwloc check)"
 # Library sources: coverage feedback + ASan + UBSan (abort on the first report), full -g.
 san="-g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined"
 # The ISA kernel sets are a few fully unrolled register-tile functions: with UBSan,
@@ -100,8 +100,11 @@ for t in $targets; do
     # job of fuzz_args and of the sanitizer make check (LeakSanitizer at every test exit).
     tflags="-detect_leaks=0 -max_len=128"
     tenv="detect_leaks=0"   # LeakSanitizer at exit too
-    # the test suite's case runner and oracle; tile/thread settings via a wrapped create
-    extra="$top/tests/oracle.c $top/tests/testutil.c -Wl,--wrap=fa_context_create $(pkg-config --libs check)"
+    # the test suite's case runner and liboracle (the oracle and the tolerance rule);
+    # tile/thread settings via a wrapped create
+    extra="$top/tests/testutil.c $top/tests/buffers.c $top/tests/runner.c"
+    extra="$extra $top/tests/oracle/models.c $top/tests/oracle/problem.c $top/tests/oracle/check.c $top/tests/oracle/rule.c"
+    extra="$extra -Wl,--wrap=fa_context_create $(pkg-config --libs check)"
   fi
   # shellcheck disable=SC2086
   $CC $common -fopenmp -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \

@@ -1,7 +1,7 @@
-/* oracle.c - naive attention in double (the oracle) and in "same precision" (float with
- * storage-dtype rounding of S, P and the results), one sequence at a time. See oracle.h.
+/* models.c - naive attention in double (the oracle) and in "same precision" (float with
+ * storage-dtype rounding of S, P and the results), one sequence at a time. See models.h.
  *
- * Written from API.md: s = scale*q.k ; softcap ; + ALiBi + bias ; mask ; softmax with the
+ * Written from the API contract (docs/api.md): s = scale*q.k ; softcap ; + ALiBi + bias ; mask ; softmax with the
  * sink logit in the denominator ; dropout on the probabilities (kept ones * 1/(1-p)).
  * Nothing here is blocked or online: the full row of scores is materialized.
  */
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "oracle.h"
+#include "models.h"
 #include "philox.h"
 #include "dtype.h"
 
@@ -34,7 +34,7 @@ double or_dropout_mult(const or_seq *s, int64_t h, int64_t i, int64_t j)
 {
     if (!(s->dropout_p > 0.0f)) return 1.0;
     fa_dropout_key key = fa_dropout_make_key(s->seed, s->offset, s->dropout_p);
-    if (!fa_dropout_keep(&key, s->drop_b, h, s->drop_i0 + i, j)) return 0.0;
+    if (!fa_dropout_keep(&key, s->drop_b, s->drop_h0 + h, s->drop_i0 + i, j)) return 0.0;
     return 1.0 / (1.0 - (double)s->dropout_p);
 }
 
@@ -253,7 +253,8 @@ static int or_walk_next(or_key_walk *w)
 
 /* The fp32 roundoff of score s_ij in units of fp32 eps, e_ij: the dot product's, at the
    size of its terms (|dcap_ij scale| sum_c |q_ic k_jc|), and the steps after it, which
-   round at the score's own size (KNOWN_FAILURES #27): the softcap, ALiBi and bias steps at
+   round at the score's own size (a fuzz_diff case with ALiBi, bias, softcap and split-KV
+   over small tiles was 3.2 fp32 ulps off without them): the softcap, ALiBi and bias steps at
    about |s_ij| (two of them counted), the exponent argument s_ij - m at |s_ij - m| <=
    |ln P_ij| + ln(1 + Sk) (m the running or merged max, lse - m in [0, ln(1 + Sk)]), and
    exp itself once; s_ij = ln P_ij + lse_i. Not finite (Inf or NaN) where the inputs are
@@ -293,7 +294,7 @@ static void bwd_terms_row(const or_seq *s, int64_t h, int64_t i, const double *p
             dp += doi[c] * w.vj[c];
         }
         const double t = w.g * (fabs(w.mult) * a + x->d_weight * d1);
-        /* P_ij itself is off by eps (e_ij + tl) relative (#28): its score's roundoff and
+        /* P_ij itself is off by eps (e_ij + tl) relative: its score's roundoff and
            lse's, which a backward that recomputes s_ij in another order than the forward
            did does not cancel. In dv that is P_ij ep_ij |m_ij dout_ic|, in dS_ij
            P_ij ep_ij |m_ij dP'_ij - D_i| (the exact difference). Each (i, j) rounds on
@@ -331,11 +332,11 @@ static void bwd_terms_row(const or_seq *s, int64_t h, int64_t i, const double *p
    tk[j][hkv][c] += sum_i P_ij |dcap_ij scale| a_ij |q_ic|; rows whose probabilities are
    not finite (NaN inputs) add nothing. out: [sq][hq][dv], the oracle's. d_weight
    multiplies D's part of a_ij: D is formed from out as stored, so where out is rounded
-   coarser than fp32 (a bf16 out) its terms carry that rounding (KNOWN_FAILURES #22).
+   coarser than fp32 (a bf16 out) its terms carry that rounding (a one-hot softmax with
+   a bf16 out and large logits shows it in dq).
    P_ij also carries eps ep_ij relative error of its own, ep_ij = e_ij + tlse_i (score_err:
-   its score's roundoff; tlse: lse's, sum_j' P_ij' e_ij', as or_forward_terms gives it;
-   KNOWN_FAILURES #28). Its shares, in
-   squares (each (i, j) rounds on its own; the caller takes the roots):
+   its score's roundoff; tlse: lse's, sum_j' P_ij' e_ij', as or_forward_terms gives it).
+   Its shares, in squares (each (i, j) rounds on its own; the caller takes the roots):
    tv[j][hkv][c] += sum_i (P_ij ep_ij |m_ij dout_ic|)^2,
    tq2[i][h][c] += sum_j (P_ij |dcap_ij scale| ep_ij |m_ij dP'_ij - D_i| |k_jc|)^2 and
    tk2[j][hkv][c] += sum_i (the same with |q_ic|)^2, dP'_ij = sum_c dout_ic v_jc and the

@@ -1,4 +1,5 @@
-/* oracle.h - the test oracle: naive attention, written from API.md alone.
+/* models.h - the oracle's models: naive attention, one sequence at a time, written from
+ * the API contract alone (docs/api.md).
  *
  * Shares no code with the library except lib/philox.h (the dropout keep-mask definition,
  * which has its own known-answer test in test_oracle.c) and lib/dtype.h (storage
@@ -17,8 +18,8 @@
  *                                   rounded to the storage dtype, results rounded to the
  *                                   output dtype). Only used to size the tolerance.
  */
-#ifndef FA_TEST_ORACLE_H
-#define FA_TEST_ORACLE_H
+#ifndef FA_ORACLE_MODELS_H
+#define FA_ORACLE_MODELS_H
 
 #include <stdint.h>
 #include "flashattn.h"
@@ -36,10 +37,11 @@ typedef struct {
     float dropout_p;       /* 0 = off (float: exactly what the caller passes)             */
     uint64_t seed, offset;
     int64_t drop_b;        /* Philox b (batch / sequence index)                           */
+    int64_t drop_h0;       /* Philox h of head 0 (a slice of a call's heads)              */
     int64_t drop_i0;       /* Philox i of query 0 (kvcache: cache_seqlens[b])             */
 } or_seq;
 
-/* Is key j visible to query i? (API.md "Causal and windows") */
+/* Is key j visible to query i? (docs/api.md, "Causal and windows") */
 int or_visible(const or_seq *s, int64_t i, int64_t j);
 
 /* Dropout multiplier of element (h, i, j): 0 or 1/(1-p) (1 when dropout is off). */
@@ -51,7 +53,7 @@ void or_backward(const or_seq *s, const double *q, const double *k, const double
                  const double *dout, double *dq, double *dk, double *dv, double *dsinks);
 
 /* Magnitude of the terms that cancel in dq and dk, and the squares of P's own roundoff
-   in dv, dq and dk (see oracle.c): tq and tq2 like dq, tk and tk2 like dk, tv like dv,
+   in dv, dq and dk (see models.c): tq and tq2 like dq, tk and tk2 like dk, tv like dv,
    ACCUMULATED (the caller zeroes them; none may be NULL). out: the oracle's
    [sq][hq][dv]; tlse: lse's terms [hq][sq] as or_forward_terms filled them; d_weight
    scales the terms of D (1: out stored in fp32). */
@@ -60,7 +62,7 @@ void or_backward_terms(const or_seq *s, const double *q, const double *k, const 
                        double d_weight, double *tq, double *tk, double *tv, double *tq2,
                        double *tk2);
 
-/* Magnitude of out's sensitivity to the fp32 roundoff of its scores (see oracle.c): tout
+/* Magnitude of out's sensitivity to the fp32 roundoff of its scores (see models.c): tout
    like out, ACCUMULATED (the caller zeroes it). out: the oracle's [sq][hq][dv]. tlse
    (NULL or [hq][sq], accumulated): the same for lse. */
 void or_forward_terms(const or_seq *s, const double *q, const double *k, const double *v,
@@ -73,8 +75,9 @@ void or_forward_sp(const or_seq *s, fa_dtype dt, fa_dtype odt, const double *q,
 /* The same, as a flash-style implementation forms it: scores in fp32, exp(s - m) rounded
    to dt unnormalized for the P V product, dropout as a 0/1 mask, and keep_scale / l
    applied to the fp32 sum. Its roundings of P fall elsewhere than the normalized ones;
-   the harness takes, element by element, the larger of the two models' errors
-   (KNOWN_FAILURES #13). lse may be NULL. */
+   or_compute takes, element by element, the larger of the two models' errors (a row with
+   few keys has few roundings of P, and one model alone can be exact by chance). lse may
+   be NULL. */
 void or_forward_sp_flash(const or_seq *s, fa_dtype dt, fa_dtype odt, const double *q,
                          const double *k, const double *v, double *out, double *lse);
 /* The backward receives `out` as the forward stored it (API: out and lse as fa_forward
@@ -87,7 +90,7 @@ void or_backward_sp(const or_seq *s, fa_dtype dt, fa_dtype odt, const double *q,
 
 /* The backward as a flash-style implementation forms it: scores, P and dP in fp32 (P
    recomputed from the scores), P and dS rounded to dt only as operands of the products;
-   out: the flash-style forward's (KNOWN_FAILURES #13). dq, dk, dv are written whole;
+   out: the flash-style forward's. dq, dk, dv are written whole;
    dsinks may be NULL. */
 void or_backward_sp_flash(const or_seq *s, fa_dtype dt, fa_dtype odt, const double *q,
                           const double *k, const double *v, const double *out,
