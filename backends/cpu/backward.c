@@ -30,14 +30,22 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "backward.h"
+#include "masked.h"
+#include "scores.h"
 #include "scratch.h"
+#include "state.h"
+#include "threads.h"
+#include "tiles.h"
+#include "vecops.h"
 
 #define CHUNK_TARGET 32    /* 128 measured 5-20% slower at 1 thread (B*H=16, S=1k): bench/NOTES.md */
 #define Q_SHARED_MIN_C 4   /* shared Q-side pack when each head is split in >= this many chunks */
 #define Q_CACHE_MAX ((int64_t)64 << 20)   /* bytes per thread (fallback cache) */
 #define Q_SHARED_MAX ((int64_t)1 << 30)   /* bytes of the shared Q-side pack */
 
-int fa_cpu_bwd_chunks(const fa_problem *p, int bkv)
+/* dQ chunks of a backward call (shapes only). */
+static int bwd_chunks(const fa_problem *p, int bkv)
 {
     int64_t bh = p->batch * p->hkv;
     if (bh < 1) bh = 1;
@@ -262,7 +270,7 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
     const fa_cpu_kernels *K = ((const fa_cpu_state *)ctx->impl)->k;
     int bq, bkv;
     fa_cpu_tiles(ctx, 1, p->dqk, p->dv, &bq, &bkv, NULL, 0);
-    int C = fa_cpu_bwd_chunks(p, bkv);
+    int C = bwd_chunks(p, bkv);
     int nt = fa_cpu_threads(ctx);
     int64_t dqk = p->dqk, dv = p->dv;
     int slow = fa_cpu_slow_scores(p);

@@ -7,10 +7,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "cpu.h"
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include "backward.h"
+#include "forward.h"
+#include "kernels.h"
+#include "state.h"
+#include "threads.h"
+#include "tiles.h"
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #define FA_X86 1
@@ -192,17 +194,6 @@ static void cpu_fini(fa_context *ctx)
 {
     free(ctx->impl);
     ctx->impl = NULL;
-}
-
-int fa_cpu_threads(const fa_context *ctx)
-{
-    if (ctx->threads > 0) return ctx->threads;
-    if (ctx->topo.cores > 0) return ctx->topo.cores;
-#ifdef _OPENMP
-    return omp_get_num_procs();
-#else
-    return 1;
-#endif
 }
 
 static void cpu_describe(const fa_context *ctx, char *buf, size_t len)

@@ -21,7 +21,14 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "forward.h"
+#include "masked.h"
+#include "scores.h"
 #include "scratch.h"
+#include "state.h"
+#include "threads.h"
+#include "tiles.h"
+#include "vecops.h"
 
 #define SPLIT_TARGET 32   /* split KV when fewer Q blocks than this (decode) */
 

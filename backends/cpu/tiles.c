@@ -25,7 +25,9 @@
  */
 #include "config.h"
 #include <stdio.h>
-#include "cpu.h"
+#include "scratch.h"
+#include "state.h"
+#include "tiles.h"
 
 #define FA_CPU_TILE_MAX 1024   /* rows; cap of fa_context_set_tiles sizes */
 
