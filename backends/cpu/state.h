@@ -13,7 +13,8 @@ typedef struct {
     fa_cpu_isa isa;
     const fa_cpu_kernels *k;
     int req_bq, req_bkv;   /* fa_context_set_tiles, 0 = automatic */
-    int bf16dot;           /* k->gemm_bf16_* usable: compiled in and CPUID AVX512-BF16 */
+    int bf16dot;           /* the bf16 forward on k->gemm_bf16_*: compiled in, AVX512-BF16,
+                              an AMD CPU (cpu.c says why) */
     const fa_cpu_amx_kernels *amx;   /* isa FA_CPU_AMX: the bf16 forward and backward on AMX tiles (or
                                         their C emulation, FA_CPU_AMX_EMULATE); else NULL */
 } fa_cpu_state;
