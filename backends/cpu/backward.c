@@ -39,7 +39,7 @@
 #include "tiles.h"
 #include "vecops.h"
 
-#define CHUNK_TARGET 32    /* 128 measured 5-20% slower at 1 thread (B*H=16, S=1k): bench/NOTES.md */
+#define CHUNK_TARGET 32    /* 128 measured 5-20% slower at 1 thread (B*H=16, S=1k) */
 #define Q_SHARED_MIN_C 4   /* shared Q-side pack when each head is split in >= this many chunks */
 #define Q_CACHE_MAX ((int64_t)64 << 20)   /* bytes per thread (fallback cache) */
 #define Q_SHARED_MAX ((int64_t)1 << 30)   /* bytes of the shared Q-side pack */
@@ -318,7 +318,7 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
     per = fa_sz_pad(per, &ovf);
     int64_t scrsz = fa_sz_mul(per, nt, &ovf);
     /* dQ partials [C][hq][qrows][lddq]: the rows of one head contiguous, so the dQ
-       gemm's C block is a compact 2-D tile (bench/NOTES.md item 11) */
+       gemm's C block is a compact 2-D tile */
     int64_t lddq = fa_sz_ld(dqk, &ovf);
     int64_t ndqp = fa_sz_mul(fa_sz_mul(C, qrows, &ovf), fa_sz_mul(p->hq, lddq, &ovf), &ovf);
     /* per-thread Q-side cache of one (b, KV head): every Q block of every head in the
@@ -509,11 +509,12 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
                         }
                         /* A partly masked pair whose data holds Inf/NaN (rare): K or V of the
                            tile, Q or dO of a row, or a row's lse (NaN) or D (NaN or infinite,
-                           when its own inputs reached it or dO . O overflowed). Masked products are then made 0 by a select, not by
-                           exp(-inf) or a multiply by 0 (exp(-inf - NaN) and 0 * NaN are NaN),
-                           and dK, dV, dQ sum only the visible pairs of the non-finite operand,
-                           so NaN reaches exactly what the reference's visible-only loops
-                           reach (API.md item 15). */
+                           when its own inputs reached it or dO . O overflowed). Masked
+                           products are then made 0 by a select, not by exp(-inf) or a
+                           multiply by 0 (exp(-inf - NaN) and 0 * NaN are NaN), and dK, dV,
+                           dQ sum only the visible pairs of the non-finite operand, so NaN
+                           reaches exactly what the reference's visible-only loops reach
+                           (NaN in inputs: docs/api.md). */
                         int qbad = 0, dobad = 0, lbad = 0;
                         if (!full) {
                             /* D infinite with finite inputs (an overflowing dO . O)

@@ -257,8 +257,7 @@ static void fwd_task(const fa_context *ctx, const fa_problem *p, const fwd_block
                    apart: each on its own page for large H*d, where the hardware prefetchers
                    do not follow. Rows PF ahead are prefetched into L2 (whole rows, one
                    touch per 64-byte line; prefetcht1: the non-temporal hint, measured on
-                   one development VM, copied at 4.4 GB/s where plain copies ran at 11,
-                   bench/NOTES.md item 27). */
+                   one development VM, copied at 4.4 GB/s where plain copies ran at 11). */
                 enum { PF = 8 };
                 const int64_t kb_ = dqk * (int64_t)ksz, vb_ = dv * (int64_t)vsz;
                 for (int j = 0; j < nk; j++) {
@@ -381,7 +380,7 @@ static void fwd_task(const fa_context *ctx, const fa_problem *p, const fwd_block
    sum_j keep_j P_j V_j (the dropout pass is a 0/1 mask) and the keep scale 1/(1-p) is
    applied here, as flash-attention does: multiplying it into P before the bf16 rounding
    of the P V product would round keep_scale * 1 (the row maximum's P) to bf16 in every
-   row, a bias of up to 2^-9 relative on the dominant term (KNOWN_FAILURES #11). */
+   row, a bias of up to 2^-9 relative on the dominant term. */
 static void fwd_store_row(const fa_context *ctx, const fa_problem *p, const fa_seq *sq,
                           int64_t b, int64_t h, int64_t i, const float *orow, float m,
                           float l, float *zero)
@@ -507,7 +506,7 @@ fa_status fa_cpu_forward(fa_context *ctx, const fa_problem *p)
 
         /* Chunks of consecutive tasks (one head's Q blocks): each thread then converts a
            head's K/V once instead of every thread converting every head (2 threads,
-           S=4096: 1.75x -> see bench/NOTES.md). Scheduling never changes the numbers. */
+           S=4096: 1.75x faster). Scheduling never changes the numbers. */
 #pragma omp for schedule(dynamic, chunk)
         for (int64_t t = 0; t < ntask; t++) {
             int64_t tt = ntask - 1 - t;               /* heaviest (last Q blocks) first */
