@@ -17,9 +17,9 @@
  *         m     = m_new                                        }
  *       O = O / l ;  lse = m + log(l)
  *
- * The score order (flashattn.h, fa_options): s = scale*q.k ; softcap ; + ALiBi + bias ; mask ; softmax with
- * the sink in the denominator ; dropout on the probabilities. Dropout changes only the
- * P V product: l (and so lse) uses the undropped probabilities.
+ * The score order (flashattn.h, fa_options): s = scale*q.k ; softcap ; + ALiBi + bias ;
+ * mask ; softmax with the sink in the denominator ; dropout on the probabilities.
+ * Dropout changes only the P V product: l (and so lse) uses the undropped probabilities.
  *
  * Beyond the paper: only each row's visible keys are computed (a masked key never reaches
  * the row, even when it holds a NaN); a row that sees no key gets out = 0 and lse = -inf

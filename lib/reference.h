@@ -7,8 +7,9 @@
  * score matrix is never stored) and accumulates dQ, dK, dV in fp32 scratch.
  *
  * Every other backend must agree with these two functions within the tolerance rule of
- * the test suite (tests/testutil.h). They are single-threaded, so the order of every floating-point sum is fixed
- * by the loops below: the results are bitwise reproducible run to run.
+ * the test suite (tests/testutil.h). They are single-threaded, so the order of every
+ * floating-point sum is fixed by the loops below: the results are bitwise reproducible
+ * run to run.
  *
  * Shapes (elements): q [.., Sq, H, d_qk], k [.., Sk, Hkv, d_qk], v [.., Sk, Hkv, d_v],
  * out/dout [.., Sq, H, d_v]; see problem.h for how sequences, rows and keys are found.
