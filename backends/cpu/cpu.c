@@ -116,9 +116,11 @@ static const fa_cpu_kernels *kernels_for(fa_cpu_isa isa)
     }
 }
 
-static fa_status cpu_init(fa_context *ctx)
+/* The kernel set: the best this CPU runs, capped by FA_CPU_ISA (an error when it names
+   an unknown or unavailable set); each set passed over is said under FA_VERBOSE. */
+static fa_status choose_isa(fa_context *ctx, const cpu_caps *cp, fa_cpu_isa *out)
 {
-    cpu_caps c = detect();
+    const cpu_caps c = *cp;
     int cap = FA_CPU_AMX;
     const char *env = getenv("FA_CPU_ISA");
     if (env && *env) {
@@ -152,6 +154,16 @@ static fa_status cpu_init(fa_context *ctx)
         else
             fa_verbose(ctx, "cpu: kernel set avx2 rejected: FA_CPU_ISA=%s caps the ISA", env);
     }
+    *out = isa;
+    return FA_OK;
+}
+
+static fa_status cpu_init(fa_context *ctx)
+{
+    cpu_caps c = detect();
+    fa_cpu_isa isa = FA_CPU_GENERIC;
+    fa_status err = choose_isa(ctx, &c, &isa);
+    if (err != FA_OK) return err;
     fa_cpu_state *st = (fa_cpu_state *)calloc(1, sizeof *st);
     if (!st) return fa_set_error(ctx, FA_ERR_NO_MEMORY, "fa_context_create: cpu backend: out of memory");
     st->isa = isa;
