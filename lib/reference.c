@@ -1,4 +1,5 @@
-/* reference.c - the reference backend: the forward pass, and the backend vtable.
+/* reference.c - the reference backend: the forward pass, and the backend vtable (the
+ * backward is reference_backward.c, the tile helpers both share reference_tile.c).
  *
  * This file is the specification of flashattn and the first rung of the teaching ladder:
  * plain C, one thread, no SIMD, fp32 arithmetic for every storage dtype. It follows
@@ -16,9 +17,10 @@
  *         m     = m_new                                        }
  *       O = O / l ;  lse = m + log(l)
  *
- * The score order (docs/api.md): s = scale*q.k ; softcap ; + ALiBi + bias ; mask ; softmax with
- * the sink in the denominator ; dropout on the probabilities. Dropout changes only the
- * P V product: l (and so lse) uses the undropped probabilities.
+ * The score order (docs/api.md; fa_options in flashattn.h): s = scale*q.k ; softcap ;
+ * + ALiBi + bias ; mask ; softmax with the sink in the denominator ; dropout on the
+ * probabilities. Dropout changes only the P V product: l (and so lse) uses the undropped
+ * probabilities.
  *
  * Beyond the paper: only each row's visible keys are computed (a masked key never reaches
  * the row, even when it holds a NaN); a row that sees no key gets out = 0 and lse = -inf
@@ -33,73 +35,7 @@
  */
 #include <stdlib.h>
 #include "reference.h"
-
-float *fa_ref_alloc(int64_t rows, int64_t cols)
-{
-    int64_t n;
-    if (rows < 0 || cols < 0 || __builtin_mul_overflow(rows, cols, &n)) return NULL;
-    return calloc(n > 0 ? (size_t)n : 1, sizeof(float));
-}
-
-void fa_ref_longest(const fa_problem *p, int64_t *sq, int64_t *sk)
-{
-    *sq = *sk = 0;
-    for (int64_t b = 0; b < p->batch; b++) {
-        const fa_seq s = fa_problem_seq(p, b);
-        if (s.sq > *sq) *sq = s.sq;
-        if (s.sk > *sk) *sk = s.sk;
-    }
-}
-
-/* s = scale*qk ; softcap ; + ALiBi ; + bias. The mask is applied by the caller. */
-float fa_problem_score(const fa_problem *p, const fa_seq *s, int64_t b, int64_t h,
-                       int64_t i, int64_t j, float qk)
-{
-    float x = p->scale * qk;                           /* s = scale * q.k       */
-    x = fa_softcap(x, p->softcap);                     /* s = cap*tanh(s/cap)   */
-    x += fa_alibi(p, s, h, i, j);                      /* s -= slope*|i+off-j|  */
-    if (p->has_bias)                                   /* s += bias[b, i, h, j] */
-        x += fa_load(p->bias.data, p->bias.dtype, fa_bias_index(p, b, i, h, j));
-    return x;
-}
-
-void fa_ref_block_keys(const fa_problem *p, const fa_seq *s, int64_t i0, int64_t i1,
-                       int64_t *lo, int64_t *hi)
-{
-    int any = 0;
-    *lo = *hi = 0;
-    for (int64_t i = i0; i < i1; i++) {
-        int64_t a, e;
-        fa_visible_range(p, s, i, &a, &e);
-        if (a >= e) continue;                          /* this row sees no key */
-        if (!any || a < *lo) *lo = a;
-        if (!any || e > *hi) *hi = e;
-        any = 1;
-    }
-}
-
-void fa_ref_score_tile(const fa_problem *p, const fa_seq *s, int64_t b, int64_t h,
-                       int64_t i0, int64_t nr, int64_t j0, int64_t nc,
-                       const float *Q, const float *K, float *S, int64_t ldS,
-                       int64_t *lo, int64_t *hi)
-{
-    const int64_t d = p->dqk;
-    for (int64_t r = 0; r < nr; r++) {
-        int64_t a, e;
-        fa_visible_range(p, s, i0 + r, &a, &e);        /* the mask: causal and window */
-        a = (a > j0 ? a : j0) - j0;
-        e = (e < j0 + nc ? e : j0 + nc) - j0;
-        if (e < a) e = a;
-        lo[r] = a;
-        hi[r] = e;
-        for (int64_t c = a; c < e; c++) {
-            const float *q = Q + r * d, *k = K + c * d;
-            float qk = 0.0f;
-            for (int64_t x = 0; x < d; x++) qk += q[x] * k[x];
-            S[r * ldS + c] = fa_problem_score(p, s, b, h, i0 + r, j0 + c, qk);
-        }
-    }
-}
+#include "reference_tile.h"
 
 /* The dropout factor of probability (b, h, i, j): 0 if dropped, 1/(1-p) if kept, 1 when
    dropout is off. Row i is the query's position in its sequence (its cache position for

@@ -27,6 +27,7 @@
  */
 #include <stdlib.h>
 #include "reference.h"
+#include "reference_tile.h"
 
 /* The fp32 scratch: the tiles the paper keeps in SRAM, plus dQ of one KV head group. */
 typedef struct {

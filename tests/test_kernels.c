@@ -12,7 +12,7 @@
  *     suites run under FA_CPU_AMX_EMULATE=1), over ragged sizes with NaN, Inf, denormals
  *     and rounding ties, and the tile gemm against the emulation where AMX runs. Each set runs only where this CPU and OS support its ISA; a set that cannot
  * run here is named on stderr, never passed silently.
- *   - the loop nests' products over a partly masked tile (scratch.h: fa_cpu_rowA_seen,
+ *   - the loop nests' products over a partly masked tile (masked.h: fa_cpu_rowA_seen,
  *     fa_cpu_rowA_keys_seen, fa_cpu_colA_rows_seen) against the whole-tile gemm calls
  *     of each set: the same value at every pair a row sees, for causal, window, ragged
  *     and non-monotone visible ranges; and their AMX counterparts on the C emulation of
@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "kernels.h"
-#include "scratch.h"
+#include "masked.h"
 #ifdef FA_HAVE_AMX
 #include <cpuid.h>
 #include <unistd.h>

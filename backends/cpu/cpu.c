@@ -7,10 +7,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "cpu.h"
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include "backward.h"
+#include "forward.h"
+#include "kernels.h"
+#include "state.h"
+#include "threads.h"
+#include "tiles.h"
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #define FA_X86 1
@@ -114,9 +116,11 @@ static const fa_cpu_kernels *kernels_for(fa_cpu_isa isa)
     }
 }
 
-static fa_status cpu_init(fa_context *ctx)
+/* The kernel set: the best this CPU runs, capped by FA_CPU_ISA (an error when it names
+   an unknown or unavailable set); each set passed over is said under FA_VERBOSE. */
+static fa_status choose_isa(fa_context *ctx, const cpu_caps *cp, fa_cpu_isa *out)
 {
-    cpu_caps c = detect();
+    const cpu_caps c = *cp;
     int cap = FA_CPU_AMX;
     const char *env = getenv("FA_CPU_ISA");
     if (env && *env) {
@@ -150,6 +154,16 @@ static fa_status cpu_init(fa_context *ctx)
         else
             fa_verbose(ctx, "cpu: kernel set avx2 rejected: FA_CPU_ISA=%s caps the ISA", env);
     }
+    *out = isa;
+    return FA_OK;
+}
+
+static fa_status cpu_init(fa_context *ctx)
+{
+    cpu_caps c = detect();
+    fa_cpu_isa isa = FA_CPU_GENERIC;
+    fa_status err = choose_isa(ctx, &c, &isa);
+    if (err != FA_OK) return err;
     fa_cpu_state *st = (fa_cpu_state *)calloc(1, sizeof *st);
     if (!st) return fa_set_error(ctx, FA_ERR_NO_MEMORY, "fa_context_create: cpu backend: out of memory");
     st->isa = isa;
@@ -167,17 +181,17 @@ static fa_status cpu_init(fa_context *ctx)
         fa_verbose(ctx, "cpu: AMX tile kernels emulated in C (FA_CPU_AMX_EMULATE=1; tests only, slow)");
     }
     /* vdpbf16ps pays only where it issues at the FMA rate (AMD Zen 4/5: 2x the fp32
-       flops). On Intel Xeon (Sapphire/Emerald Rapids) it issues at a quarter of the FMA
-       rate, so 64-flop dot products give half the fp32 FMA flop rate (measured on the dev
-       machine: 82 vs 164 GF/s per core); there fp32 FMAs on converted bf16 are faster. */
-    const char *force = getenv("FA_CPU_BF16DOT");   /* 1: use it anyway (tests), 0: never */
-    int want = force && *force ? force[0] == '1' : c.amd;
-    st->bf16dot = isa >= FA_CPU_AVX512 && c.avx512bf16 && want && st->k->gemm_bf16_rowA != NULL;
+       flops; on a Zen 4 the bf16 forward at B=1 H=16 S=2048 d=128 ran 1.76x faster with
+       it than with fp32 FMAs on converted bf16, 2026-12-02). On Intel Xeon (Sapphire/
+       Emerald Rapids) it issues at a quarter of the FMA rate, so 64-flop dot products
+       give half the fp32 FMA flop rate (82 vs 164 GF/s per core); there fp32 FMAs are
+       faster, and a CPU with AMX runs the bf16 forward on tiles anyway. */
+    st->bf16dot = isa >= FA_CPU_AVX512 && c.avx512bf16 && c.amd && st->k->gemm_bf16_rowA != NULL;
     if (isa == FA_CPU_AVX512 && !st->bf16dot)
         fa_verbose(ctx, "cpu: bf16 dot-product kernels rejected: %s",
                    st->k->gemm_bf16_rowA == NULL ? "not compiled in" :
                    !c.avx512bf16 ? "CPU lacks AVX512-BF16" :
-                   force && *force ? "FA_CPU_BF16DOT=0" : "vdpbf16ps issues at 1/4 of the FMA rate on this (non-AMD) CPU: fp32 FMAs are faster");
+                   "vdpbf16ps issues at 1/4 of the FMA rate on this (non-AMD) CPU: fp32 FMAs are faster");
     ctx->impl = st;
     fa_verbose(ctx, "cpu: kernel set %s chosen (%s%s), %d threads", isa_names[isa],
                isa == FA_CPU_AMX ? "CPUID+XGETBV+arch_prctl: AMX-BF16/AMX-TILE for bf16, AVX512F/BW/VL/DQ otherwise" :
@@ -192,17 +206,6 @@ static void cpu_fini(fa_context *ctx)
 {
     free(ctx->impl);
     ctx->impl = NULL;
-}
-
-int fa_cpu_threads(const fa_context *ctx)
-{
-    if (ctx->threads > 0) return ctx->threads;
-    if (ctx->topo.cores > 0) return ctx->topo.cores;
-#ifdef _OPENMP
-    return omp_get_num_procs();
-#else
-    return 1;
-#endif
 }
 
 static void cpu_describe(const fa_context *ctx, char *buf, size_t len)

@@ -1,7 +1,7 @@
 /* kernels_avx512.c - AVX-512 (F/BW/VL/DQ + FMA) kernel set: 6 x 64 register tiles
  * (24 zmm accumulators, 4 for B, 1 broadcast; k blocked by 128 so that the B panel stays
- * in L1). A broadcast costs an FMA-port slot on the Xeon cores measured (bench/NOTES.md
- * item 10): 4 B vectors per broadcast run the FMAs at up to 4/5 of peak, 2 at 2/3.
+ * in L1). A broadcast costs an FMA-port slot on the Xeon cores measured: 4 B vectors
+ * per broadcast run the FMAs at up to 4/5 of peak, 2 at 2/3.
  * Built with $(FA_AVX512_CFLAGS) only; cpu.c calls it only after CPUID + XGETBV agree. */
 #include "config.h"
 #include <immintrin.h>
@@ -49,8 +49,7 @@ static inline __m512 exp512(__m512 x)
 
 /* exp(t) in base 2 (kernels_exp.h): yh + yl = t log2 e, n = round(yh), 2^f by the
    degree-6 fit, 2^n by vscalefps. yh < -126 (below the smallest normal, -inf included)
-   gives exactly 0; NaN stays NaN. 13 operations against exp512's 15 and its range clamps
-   (bench/NOTES.md item 17). */
+   gives exactly 0; NaN stays NaN. 13 operations against exp512's 15 and its range clamps. */
 static inline __m512 expt_512(__m512 t)
 {
     __m512 yl, yh = vexpt_split(t, &yl);

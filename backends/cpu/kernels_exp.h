@@ -37,7 +37,8 @@ static inline __attribute__((always_inline)) VF vexp_reduced(VF x, VF *n)
 
 /* exp(t) in base 2, first half: y = t log2 e carried as yh + yl (yh = fl(t L), yl its
    rounding error plus t times L's own error, so y is exact to ~2^-48 relative and P keeps
-   the accuracy of a two-part reduction; KNOWN_FAILURES #24). Returns yh, sets *yl. */
+   the accuracy of a two-part reduction: a one-part t log2 e loses up to |t| ulp of P at
+   large |t|). Returns yh, sets *yl. */
 static inline __attribute__((always_inline)) VF vexpt_split(VF t, VF *yl)
 {
     const VF L = VSET1(1.44269502e+00f), Llo = VSET1(1.92596303e-08f);

@@ -27,7 +27,7 @@
    ROW: A[i][p] = a[i*lda + p]; else A[i][p] = a[p*lda + i]. FULL: n == NR.
    Per k: NV vector loads of B, M broadcasts of A, M*NV FMAs. On AVX-512 cores whose
    broadcasts take a slot of an FMA port, the FMA rate is NV/(NV+1) of peak, hence NV 4
-   there (bench/NOTES.md item 10). */
+   there. */
 static inline __attribute__((always_inline)) void
 mk_tile(const int M, const int ROW, const int FULL, int k, const float *a, int64_t lda,
         const float *b, int64_t ldb, float *c, int64_t ldc, const VMASK *mk, int acc,
@@ -165,7 +165,7 @@ static void gemm_colA_scaled(int m, int n, int k, const float *a, int64_t lda, c
 
 /* Online softmax over one tile (columns = queries, rows = keys): m, l, alpha per column.
    P = exp(t) by VEXPT, in base 2 with t log2 e carried in two parts (13 vector ops against
-   VEXP's 15 and its clamps; bench/NOTES.md item 17). t = s * scale - m is formed by one
+   VEXP's 15 and its clamps). t = s * scale - m is formed by one
    FMA as before, so each P stays relative to exactly the m that is stored. */
 static void softmax_fwd(float *s, int nk, int nq, int64_t ld, float scale, float *m,
                         float *l, float *alpha)

@@ -2,8 +2,13 @@
 # are relative to the top directory). Each ISA kernel set is its own convenience library
 # so that only its file sees the ISA flags (no -march=native anywhere).
 libflashattn_la_SOURCES += \
-	backends/cpu/cpu.c backends/cpu/cpu.h backends/cpu/tiles.c backends/cpu/forward.c \
-	backends/cpu/backward.c backends/cpu/scratch.h backends/cpu/kernels.h \
+	backends/cpu/cpu.c backends/cpu/state.h backends/cpu/threads.c backends/cpu/threads.h \
+	backends/cpu/tiles.c backends/cpu/tiles.h backends/cpu/forward.c backends/cpu/forward.h \
+	backends/cpu/forward_task.c backends/cpu/forward_task.h \
+	backends/cpu/backward.c backends/cpu/backward.h backends/cpu/backward_qside.c \
+	backends/cpu/backward_qside.h backends/cpu/backward_task.c backends/cpu/backward_task.h \
+	backends/cpu/scratch.h \
+	backends/cpu/vecops.h backends/cpu/scores.h backends/cpu/masked.h backends/cpu/kernels.h \
 	backends/cpu/kernels_generic.c backends/cpu/kernels_amx_emu.c
 
 EXTRA_DIST += backends/cpu/kernels_simd.h backends/cpu/kernels_exp.h

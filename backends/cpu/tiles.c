@@ -19,13 +19,15 @@
  *      L1 whatever Bc is, so Bc = 2*KC (256): a longer KV tile amortises the per-tile work
  *      (the backward streams every Q block's Q, Q^T, dO, dO^T per KV tile; the forward
  *      rescales O per KV tile). The backward then takes the forward's Br formula (its Q
- *      side is re-read per KV tile from L3 anyway). Measured S=4096 d=128, 1 thread
- *      (bench/NOTES.md item 12): bwd Br x Bc 240x112 0.52, 240x192 0.57, 240x256 0.58,
+ *      side is re-read per KV tile from L3 anyway). Measured S=4096 d=128, 1 thread,
+ *      fraction of FMA peak: bwd Br x Bc 240x112 0.52, 240x192 0.57, 240x256 0.58,
  *      96x256 0.39-0.52; fwd 256x112 0.59, 256x192 0.61, 256x256 0.60-0.66.
  */
 #include "config.h"
 #include <stdio.h>
-#include "cpu.h"
+#include "scratch.h"
+#include "state.h"
+#include "tiles.h"
 
 #define FA_CPU_TILE_MAX 1024   /* rows; cap of fa_context_set_tiles sizes */
 
@@ -60,7 +62,8 @@ void fa_cpu_tiles(const fa_context *ctx, int backward, int64_t dqk, int64_t dv,
     int rq = st->req_bq > 0 ? st->req_bq : ctx->block_q, rk = st->req_bkv > 0 ? st->req_bkv : ctx->block_kv;
     /* Requested sizes are rounded up to the kernels' padding and capped at
        FA_CPU_TILE_MAX: scratch is sized by the tiles, and a tile past a few thousand
-       rows only wastes memory (API.md item 13 lets backends round; describe says). */
+       rows only wastes memory (fa_context_set_tiles lets backends round sizes;
+       describe says what is used). */
     int fbq = rq > 0 ? (int)fa_cpu_pad(rq < FA_CPU_TILE_MAX ? rq : FA_CPU_TILE_MAX) : br;
     int fbkv = rk > 0 ? (int)fa_cpu_pad(rk < FA_CPU_TILE_MAX ? rk : FA_CPU_TILE_MAX) : bc;
     *bq = fbq;
