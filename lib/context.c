@@ -209,6 +209,11 @@ FA_API const char *fa_context_describe(const fa_context *ctx)
                (long long)(t->l1d >> 10), (long long)(t->l2 >> 10), (long long)(t->l3 >> 10),
                (long long)(t->l3_per_core >> 10), t->cores, t->pus,
                (long long)(t->dram >> 20));
+    if (ctx->kind == FA_BACKEND_CPU) {
+        char why[160];
+        int n = fa_default_threads(why, sizeof why);
+        fa_appendf(c->desc, sizeof c->desc, "default threads: %d, from %s\n", n, why);
+    }
     if (ctx->ops->describe) ctx->ops->describe(ctx, c->desc, sizeof c->desc);
     return ctx->desc;
 }

@@ -197,12 +197,7 @@ static void cpu_fini(fa_context *ctx)
 int fa_cpu_threads(const fa_context *ctx)
 {
     if (ctx->threads > 0) return ctx->threads;
-    if (ctx->topo.cores > 0) return ctx->topo.cores;
-#ifdef _OPENMP
-    return omp_get_num_procs();
-#else
-    return 1;
-#endif
+    return fa_default_threads(NULL, 0);
 }
 
 static void cpu_describe(const fa_context *ctx, char *buf, size_t len)
@@ -226,7 +221,7 @@ static void cpu_describe(const fa_context *ctx, char *buf, size_t len)
     fa_appendf(buf, len, "threads: %d (%s); forward parallel over (batch, head, Q block[, KV split]),"
                " backward over (batch, KV head, KV chunk); dQ: per-chunk fp32 partials reduced in"
                " fixed order (bitwise reproducible across thread counts)\n",
-               fa_cpu_threads(ctx), ctx->threads > 0 ? "fa_context_set_threads" : "all cores");
+               fa_cpu_threads(ctx), ctx->threads > 0 ? "fa_context_set_threads" : "the default");
 }
 
 /* Kernel names: static strings, [isa][bwd][dtype][variant]; variant bit 0: per-score
