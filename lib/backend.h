@@ -86,12 +86,16 @@ fa_status fa_set_error(const fa_context *ctx, fa_status status, const char *fmt,
 #endif
     ;
 
-/* FA_VERBOSE=1: print one dispatch line on stderr ("flashattn: ..."). */
+/* One dispatch line: to the fa_set_log_callback callback when one is set, else on stderr
+   ("flashattn: ...") when ctx->verbose (FA_VERBOSE=1). */
 void fa_verbose(const fa_context *ctx, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+
+/* 1 when a log line would go somewhere: ctx->verbose (FA_VERBOSE) or a log callback. */
+int fa_log_wanted(const fa_context *ctx);
 
 /* The backends compiled into the library. */
 extern const fa_backend_ops fa_reference_ops;
