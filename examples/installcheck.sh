@@ -4,7 +4,7 @@
 # it. MODE pkg-config: `$CC prog.c $(pkg-config --cflags --libs flashattn)`, as the
 # examples' comments say; MODE cmake: examples/CMakeLists.txt through find_package.
 # Environment: CC; EXAMPLE_CUDA_CPPFLAGS and EXAMPLE_CUDA_LIBS (empty: cuda_stream is built
-# without the CUDA runtime); CMAKE (cmake). An example exiting 77 is a visible SKIP; any
+# without the CUDA runtime); CUDA_HOME (the toolkit CMake should find); CMAKE (cmake). An example exiting 77 is a visible SKIP; any
 # other non-zero exit fails the whole run (after every example has run).
 set -u
 mode=$1 srcdir=$2 prefix=$3 libdir=$4 work=$5
@@ -27,7 +27,8 @@ cmake)
   cuda=OFF
   [ -n "${EXAMPLE_CUDA_LIBS:-}" ] && cuda=ON
   ${CMAKE:-cmake} -S "$srcdir/examples" -B "$work" -DCMAKE_PREFIX_PATH="$prefix" \
-    -DCMAKE_C_COMPILER="${CC:-cc}" -DFLASHATTN_EXAMPLES_CUDA=$cuda >"$work.log" 2>&1 &&
+    -DCMAKE_C_COMPILER="${CC:-cc}" -DFLASHATTN_EXAMPLES_CUDA=$cuda \
+    ${CUDA_HOME:+-DCUDAToolkit_ROOT="$CUDA_HOME"} >"$work.log" 2>&1 &&
   ${CMAKE:-cmake} --build "$work" >>"$work.log" 2>&1 ||
     { cat "$work.log"; exit 1; }
   echo "installcheck (cmake): find_package(flashattn) found $(sed -n 's/^set(flashattn_VERSION "\(.*\)")$/\1/p' "$libdir/cmake/flashattn/flashattnConfig.cmake") in $libdir/cmake/flashattn; CUDA runtime for cuda_stream: $cuda"

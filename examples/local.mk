@@ -13,7 +13,7 @@ examples_paged_decode_LDADD = libflashattn.la -lm
 examples_cuda_stream_CPPFLAGS = $(AM_CPPFLAGS) $(FA_EXAMPLE_CUDA_CPPFLAGS)
 examples_cuda_stream_LDADD = libflashattn.la $(FA_EXAMPLE_CUDA_LIBS) -lm
 
-fa_installcheck_examples = CC="$(CC)" CMAKE="$(CMAKE)" \
+fa_installcheck_examples = CC="$(CC)" CMAKE="$(CMAKE)" CUDA_HOME="$(CUDA_HOME)" \
 	EXAMPLE_CUDA_CPPFLAGS="$(FA_EXAMPLE_CUDA_CPPFLAGS)" EXAMPLE_CUDA_LIBS="$(FA_EXAMPLE_CUDA_LIBS)" \
 	$(SHELL) $(srcdir)/examples/installcheck.sh
 installcheck-local:
