@@ -20,7 +20,7 @@ struct fa_context {
     fa_backend kind;
     const fa_backend_ops *ops;
     void *impl;                  /* backend-private state                           */
-    int threads;                 /* 0 = default (all cores)                          */
+    int threads;                 /* 0 = fa_default_threads()                         */
     int block_q, block_kv;       /* requested tiles, 0 = automatic                   */
     int verbose;                 /* FA_VERBOSE                                       */
     fa_topology topo;            /* caches and cores as hwloc reports them           */

@@ -239,7 +239,7 @@ FA_API fa_status fa_context_set_threads(fa_context *ctx, int n)
     if (!ctx) return fa_set_error(NULL, FA_ERR_INVALID_ARG, "fa_context_set_threads: ctx is NULL");
     if (n < 0)
         return fa_set_error(ctx, FA_ERR_INVALID_ARG,
-                            "fa_context_set_threads: n=%d must be >= 0 (0 = all cores)", n);
+                            "fa_context_set_threads: n=%d must be >= 0 (0 = the default)", n);
     if (!ctx->ops->set_threads) {
         if (n > 1)
             return fa_set_error(ctx, FA_ERR_UNSUPPORTED,
