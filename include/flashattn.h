@@ -8,7 +8,20 @@
  *   - Destinations come first, then inputs, then options.
  *   - Every call returns fa_status; on any error nothing is written to the outputs and
  *     fa_last_error() explains the failure in one line naming the argument.
- *   - The library never prints to stdout, never exits, never aborts.
+ *   - The library never prints to stdout, never exits, never aborts. Its only output is
+ *     the dispatch log: FA_VERBOSE=1 lines on stderr, or fa_set_log_callback's callback.
+ *
+ * Threads. A context is used by one thread at a time: calls on one context must not
+ * overlap (it holds the last error, the describe text and backend state such as a CUDA
+ * stream), but a context may move between threads when the caller orders the calls (a
+ * mutex, a join). Different contexts are independent and may run concurrently, one per
+ * thread, over the same read-only inputs. Everything else is thread-safe: one-time
+ * detection (CPU features, caches, the CUDA module) happens once per process, and
+ * fa_last_error(NULL) is per thread. A CPU context runs each call on its own OpenMP team
+ * (fa_context_set_threads); several contexts busy at once share the machine's cores.
+ *
+ * Versions. FA_VERSION (MAJOR*10000 + MINOR*100 + PATCH) is the header's version;
+ * fa_version() is the library's, at run time: a program may check that they agree.
  */
 #ifndef FLASHATTN_H
 #define FLASHATTN_H
@@ -31,6 +44,7 @@ extern "C" {
 #define FA_VERSION_MAJOR 0
 #define FA_VERSION_MINOR 1
 #define FA_VERSION_PATCH 0
+#define FA_VERSION (FA_VERSION_MAJOR * 10000 + FA_VERSION_MINOR * 100 + FA_VERSION_PATCH)
 
 /* ---------------------------------------------------------------------------------- */
 /* Types                                                                              */
@@ -73,6 +87,12 @@ typedef enum {
 } fa_causal;
 
 /* Options. All-zero (fa_options o = {0};) means the defaults, the same as passing NULL.
+ * Always start from zero (= {0}, designated initializers or memset): reserved must be 0,
+ * else the call is INVALID_ARG. Growth keeps the ABI: a new option takes the place of
+ * whole reserved slots at the end (same size and offsets), and its zero value means what
+ * the library did before it existed; so a program built against an older header keeps
+ * working with a newer library, and a newer program asking for an option an older
+ * library lacks gets INVALID_ARG naming the reserved slot, never a silent default.
  * Score order: s = scale * q.k ; softcap ; + ALiBi + bias ; mask ; softmax (with sink) ;
  * dropout on the probabilities (kept ones scaled by 1/(1-p)). */
 typedef struct {
@@ -92,6 +112,7 @@ typedef struct {
     uint64_t  seed, offset;
     int       deterministic;   /* backward bitwise reproducible run to run (CPU: also across
                                   thread counts). The forward always is.                    */
+    uint64_t  reserved[8];     /* must be 0: room for future options (see above)            */
 } fa_options;
 
 /* ---------------------------------------------------------------------------------- */
@@ -100,9 +121,12 @@ typedef struct {
 
 typedef struct fa_context fa_context;
 
-/* Create a context for `backend`. AUTO honours FA_BACKEND=reference|cpu|cuda; an unknown
- * or unavailable value is an error here. FA_CPU_ISA=generic|avx2|avx512 caps the CPU
- * kernel set; FA_VERBOSE=1 prints one line per dispatch decision on stderr.
+/* Create a context for `backend`. AUTO honours FA_BACKEND=reference|cpu|cuda|auto; an
+ * unknown or unavailable value is an error here. FA_CPU_ISA=generic|avx2|avx512|amx caps
+ * the CPU kernel set (amx: AMX tiles for bf16, AVX-512 otherwise); asking for a set this
+ * CPU or build lacks is FA_ERR_UNSUPPORTED. FA_VERBOSE=1 prints one line per dispatch
+ * decision on stderr (see fa_set_log_callback); a reason that repeats, such as why AUTO
+ * did not take CUDA, is told once per process.
  * On failure *ctx is set to NULL and fa_last_error(NULL) says why. */
 FA_API fa_status   fa_context_create(fa_context **ctx, fa_backend backend);
 FA_API void        fa_context_destroy(fa_context *ctx);          /* NULL: no-op */
@@ -110,7 +134,12 @@ FA_API fa_backend  fa_context_backend(const fa_context *ctx);
 /* Multi-line, human-readable: backend, ISA or GPU, caches, tiles chosen and why,
  * threads. Valid until the next call on ctx. */
 FA_API const char *fa_context_describe(const fa_context *ctx);
-FA_API fa_status   fa_context_set_threads(fa_context *ctx, int n);     /* CPU; 0 = default */
+/* CPU threads per call; n = 0 (the initial value) is the default: OMP_NUM_THREADS (its
+ * first entry) when set, else the least of the core count, the CPUs in the calling
+ * thread's affinity mask (both read at each call) and the cgroup v2 CPU quota (cpu.max,
+ * rounded up; read once per process). fa_context_describe says which one decided
+ * ("default threads: N, from ..."). */
+FA_API fa_status   fa_context_set_threads(fa_context *ctx, int n);
 FA_API fa_status   fa_context_set_device(fa_context *ctx, int device); /* CUDA             */
 FA_API fa_status   fa_context_set_stream(fa_context *ctx, void *stream);/* CUDA; NULL = default */
 /* Tile sizes in rows: block_q query rows, block_kv key rows. 0 = automatic. Backends may
@@ -121,6 +150,19 @@ FA_API fa_status   fa_context_set_tiles(fa_context *ctx, int block_q, int block_
 FA_API const char *fa_last_error(const fa_context *ctx);
 FA_API const char *fa_status_string(fa_status s);
 FA_API const char *fa_version_string(void);  /* starts with "MAJOR.MINOR.PATCH" */
+FA_API int         fa_version(void);         /* FA_VERSION of the library that runs */
+
+/* Where the dispatch log goes. With fn set, every line that FA_VERBOSE=1 would print on
+ * stderr (backend and kernel-set choices with the reasons for each rejected candidate,
+ * CUDA kernel launches) is passed to fn(user, line) instead, whatever FA_VERBOSE says:
+ * one line per call, without the "flashattn: " prefix or a newline, valid during the
+ * call only. The setting is process-wide. fn may be called from any thread that calls
+ * flashattn, one call at a time (the library serializes them), and should return quickly
+ * without calling flashattn. Once fa_set_log_callback returns, the previous fn is not
+ * called again. fa_set_log_callback(NULL, NULL) goes back to stderr under FA_VERBOSE=1;
+ * a user pointer with a NULL fn is INVALID_ARG (fa_last_error(NULL) says so). */
+typedef void (*fa_log_fn)(void *user, const char *line);
+FA_API fa_status   fa_set_log_callback(fa_log_fn fn, void *user);
 
 /* ---------------------------------------------------------------------------------- */
 /* Operations: what to run                                                            */

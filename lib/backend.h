@@ -20,7 +20,7 @@ struct fa_context {
     fa_backend kind;
     const fa_backend_ops *ops;
     void *impl;                  /* backend-private state                           */
-    int threads;                 /* 0 = default (all cores)                          */
+    int threads;                 /* 0 = fa_default_threads()                         */
     int block_q, block_kv;       /* requested tiles, 0 = automatic                   */
     int verbose;                 /* FA_VERBOSE                                       */
     fa_topology topo;            /* caches and cores as hwloc reports them           */
@@ -86,12 +86,16 @@ fa_status fa_set_error(const fa_context *ctx, fa_status status, const char *fmt,
 #endif
     ;
 
-/* FA_VERBOSE=1: print one dispatch line on stderr ("flashattn: ..."). */
+/* One dispatch line: to the fa_set_log_callback callback when one is set, else on stderr
+   ("flashattn: ...") when ctx->verbose (FA_VERBOSE=1). */
 void fa_verbose(const fa_context *ctx, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+
+/* 1 when a log line would go somewhere: ctx->verbose (FA_VERBOSE) or a log callback. */
+int fa_log_wanted(const fa_context *ctx);
 
 /* The backends compiled into the library. */
 extern const fa_backend_ops fa_reference_ops;

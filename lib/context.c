@@ -40,8 +40,13 @@ static void fa_cuda_load(void)
     if (!path || !*path) path = FA_PKGLIBDIR "/flashattn_cuda.so";
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
+        /* dlerror() usually starts with the path already: name it once */
+        const char *err = dlerror();
+        size_t n = strlen(path);
+        if (err && !strncmp(err, path, n) && !strncmp(err + n, ": ", 2)) err += n + 2;
         snprintf(fa_cuda_why, sizeof fa_cuda_why, "cannot load the CUDA module %s: %s%s", path,
-                 dlerror(), FA_BUILT_CUDA ? "" : " (this build of flashattn has no CUDA backend)");
+                 err ? err : "unknown error",
+                 FA_BUILT_CUDA ? "" : " (this build of flashattn has no CUDA backend)");
         return;
     }
     fa_module_entry_fn entry;
@@ -81,6 +86,21 @@ static int fa_env_verbose(void)
     return v && *v && strcmp(v, "0") != 0;
 }
 
+/* AUTO's reason for not taking CUDA, told once per process (per distinct reason): a
+   program that creates many contexts is not told the same thing many times. */
+static void fa_tell_cuda_rejected(int verbose, const char *why)
+{
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static char told[512];   /* fa_last_error(NULL) size: never truncated */
+    fa_context tmp = { .verbose = verbose };
+    if (!fa_log_wanted(&tmp)) return;
+    pthread_mutex_lock(&lock);
+    int fresh = strcmp(told, why) != 0;
+    if (fresh) snprintf(told, sizeof told, "%s", why);
+    pthread_mutex_unlock(&lock);
+    if (fresh) fa_verbose(&tmp, "auto: cuda rejected: %s", why);
+}
+
 /* Resolve AUTO into a concrete backend; the error is context-less (thread-local). */
 static fa_status fa_resolve_backend(fa_backend *b, int verbose)
 {
@@ -96,9 +116,8 @@ static fa_status fa_resolve_backend(fa_backend *b, int verbose)
                                 "fa_context_create: FA_BACKEND=%s is not one of "
                                 "reference, cpu, cuda, auto", env);
         if (*b != FA_BACKEND_AUTO) {
-            if (verbose)
-                fa_verbose(&(fa_context){ .verbose = 1 },
-                           "backend %s chosen by FA_BACKEND", env);
+            fa_verbose(&(fa_context){ .verbose = verbose }, "backend %s chosen by FA_BACKEND",
+                       env);
             return FA_OK;
         }
     }
@@ -159,10 +178,7 @@ FA_API fa_status fa_context_create(fa_context **out, fa_backend backend)
             }
             why = fa_last_error(NULL);
         }
-        if (verbose) {
-            fa_context tmp = { .verbose = 1 };
-            fa_verbose(&tmp, "auto: cuda rejected: %s", why);
-        }
+        fa_tell_cuda_rejected(verbose, why);
         st = fa_context_new(out, FA_BACKEND_CPU, &fa_cpu_ops, verbose);
         if (st == FA_OK) fa_verbose(*out, "auto: cpu chosen");
         return st;
@@ -209,6 +225,11 @@ FA_API const char *fa_context_describe(const fa_context *ctx)
                (long long)(t->l1d >> 10), (long long)(t->l2 >> 10), (long long)(t->l3 >> 10),
                (long long)(t->l3_per_core >> 10), t->cores, t->pus,
                (long long)(t->dram >> 20));
+    if (ctx->kind == FA_BACKEND_CPU) {
+        char why[160];
+        int n = fa_default_threads(why, sizeof why);
+        fa_appendf(c->desc, sizeof c->desc, "default threads: %d, from %s\n", n, why);
+    }
     if (ctx->ops->describe) ctx->ops->describe(ctx, c->desc, sizeof c->desc);
     return ctx->desc;
 }
@@ -218,7 +239,7 @@ FA_API fa_status fa_context_set_threads(fa_context *ctx, int n)
     if (!ctx) return fa_set_error(NULL, FA_ERR_INVALID_ARG, "fa_context_set_threads: ctx is NULL");
     if (n < 0)
         return fa_set_error(ctx, FA_ERR_INVALID_ARG,
-                            "fa_context_set_threads: n=%d must be >= 0 (0 = all cores)", n);
+                            "fa_context_set_threads: n=%d must be >= 0 (0 = the default)", n);
     if (!ctx->ops->set_threads) {
         if (n > 1)
             return fa_set_error(ctx, FA_ERR_UNSUPPORTED,

@@ -2,6 +2,7 @@
 #ifndef FA_TOPOLOGY_H
 #define FA_TOPOLOGY_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct {
@@ -15,5 +16,17 @@ typedef struct {
 
 /* Fill t once per process (cached, thread-safe). */
 void fa_topology_get(fa_topology *t);
+
+/* The number of threads a CPU context uses by default (fa_context_set_threads(ctx, 0)),
+ * the first answer of: OMP_NUM_THREADS (its first entry, when a positive integer); else
+ * the least of hwloc's core count, the CPUs in this thread's affinity mask
+ * (sched_getaffinity) and the cgroup v2 CPU quota (cpu.max, rounded up). Always >= 1.
+ * When why is not NULL it gets one line saying where the number came from. Cheap enough
+ * to call per operation: the cgroup quota is read once per process. */
+int fa_default_threads(char *why, size_t len);
+
+/* The CPUs a cgroup v2 cpu.max text allows ("max 100000" -> 0 = no limit,
+ * "150000 100000" -> 2: quota / period rounded up); -1 when the text is malformed. */
+int fa_cgroup_cpus(const char *cpu_max);
 
 #endif /* FA_TOPOLOGY_H */

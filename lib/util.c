@@ -1,6 +1,8 @@
 /* util.c - errors, verbose lines, version and small public helpers. */
 #include "config.h"
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include "backend.h"
@@ -20,15 +22,63 @@ fa_status fa_set_error(const fa_context *ctx, fa_status status, const char *fmt,
     return status;
 }
 
+/* ---- log lines: FA_VERBOSE on stderr, or the application's callback ------------------
+ * The callback and its user pointer change together under one lock, and every delivery
+ * takes that lock too: lines never interleave, and once fa_set_log_callback returns the
+ * previous callback is not called again. The lock is recursive so that a callback that
+ * calls back into flashattn (and logs) cannot deadlock its own thread. */
+static pthread_mutex_t fa_log_lock;
+static pthread_once_t fa_log_once = PTHREAD_ONCE_INIT;
+static fa_log_fn fa_log_cb;
+static void *fa_log_user;
+static atomic_int fa_log_set;   /* fa_log_cb != NULL, read without the lock */
+
+static void fa_log_init(void)
+{
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&fa_log_lock, &a);
+    pthread_mutexattr_destroy(&a);
+}
+
+FA_API fa_status fa_set_log_callback(fa_log_fn fn, void *user)
+{
+    if (!fn && user)
+        return fa_set_error(NULL, FA_ERR_INVALID_ARG,
+                            "fa_set_log_callback: user is set but fn is NULL (pass NULL, NULL "
+                            "to go back to FA_VERBOSE on stderr)");
+    pthread_once(&fa_log_once, fa_log_init);
+    pthread_mutex_lock(&fa_log_lock);
+    fa_log_cb = fn;
+    fa_log_user = user;
+    atomic_store(&fa_log_set, fn != NULL);
+    pthread_mutex_unlock(&fa_log_lock);
+    return FA_OK;
+}
+
+int fa_log_wanted(const fa_context *ctx)
+{
+    return (ctx && ctx->verbose) || atomic_load(&fa_log_set);
+}
+
 void fa_verbose(const fa_context *ctx, const char *fmt, ...)
 {
-    if (!ctx || !ctx->verbose) return;
+    if (!ctx || !fa_log_wanted(ctx)) return;
     char line[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "flashattn: %s\n", line);
+    if (atomic_load(&fa_log_set)) {
+        pthread_once(&fa_log_once, fa_log_init);
+        pthread_mutex_lock(&fa_log_lock);
+        fa_log_fn fn = fa_log_cb;
+        if (fn) fn(fa_log_user, line);
+        pthread_mutex_unlock(&fa_log_lock);
+        if (fn) return;
+    }
+    if (ctx->verbose) fprintf(stderr, "flashattn: %s\n", line);
 }
 
 void fa_appendf(char *buf, size_t len, const char *fmt, ...)
@@ -61,6 +111,11 @@ FA_API const char *fa_status_string(fa_status s)
 
 #define FA_STR2(x) #x
 #define FA_STR(x) FA_STR2(x)
+FA_API int fa_version(void)
+{
+    return FA_VERSION;
+}
+
 FA_API const char *fa_version_string(void)
 {
     return FA_STR(FA_VERSION_MAJOR) "." FA_STR(FA_VERSION_MINOR) "." FA_STR(FA_VERSION_PATCH);

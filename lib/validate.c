@@ -131,6 +131,10 @@ static fa_status chk_options(fa_context *ctx, const char *fn, fa_problem *p,
 {
     static const fa_options defaults;
     if (!opt) opt = &defaults;
+    for (size_t i = 0; i < sizeof opt->reserved / sizeof opt->reserved[0]; i++)
+        if (opt->reserved[i])
+            BAD("%s: opt->reserved[%zu] is not 0: start fa_options from zero "
+                "(fa_options o = {0};)", fn, i);
     if (!isfinite(opt->scale)) BAD("%s: opt->scale=%g is not finite", fn, (double)opt->scale);
     p->scale = opt->scale != 0.0f ? opt->scale : 1.0f / sqrtf((float)p->dqk);
     if ((int)opt->causal < FA_CAUSAL_NONE || (int)opt->causal > FA_CAUSAL_TOP_LEFT)

@@ -63,6 +63,16 @@ tests_test_combine_LDADD = $(TESTS_LDADD)
 tests_test_big_SOURCES = tests/test_big.c $(TESTS_COMMON)
 tests_test_big_CFLAGS = $(TESTS_CFLAGS)
 tests_test_big_LDADD = $(TESTS_LDADD)
+# Embedding: the default thread count (with lib/topology.c linked in for its internals),
+# concurrent contexts, the log callback, versions, fa_options' reserved slots.
+check_PROGRAMS += tests/test_threads tests/test_embedding
+TESTS += tests/test_threads tests/test_embedding
+tests_test_threads_SOURCES = tests/test_threads.c lib/topology.c $(TESTS_COMMON)
+tests_test_threads_CFLAGS = $(TESTS_CFLAGS) $(HWLOC_CFLAGS)
+tests_test_threads_LDADD = $(TESTS_LDADD) $(HWLOC_LIBS)
+tests_test_embedding_SOURCES = tests/test_embedding.c $(TESTS_COMMON)
+tests_test_embedding_CFLAGS = $(TESTS_CFLAGS)
+tests_test_embedding_LDADD = $(TESTS_LDADD)
 # The kernel sets' softmax pieces, called directly: the test links the ISA convenience
 # libraries itself (their symbols are hidden in libflashattn) and kernels_generic.c.
 check_PROGRAMS += tests/test_kernels

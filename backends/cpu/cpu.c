@@ -229,7 +229,7 @@ static void cpu_describe(const fa_context *ctx, char *buf, size_t len)
     fa_appendf(buf, len, "threads: %d (%s); forward parallel over (batch, head, Q block[, KV split]),"
                " backward over (batch, KV head, KV chunk); dQ: per-chunk fp32 partials reduced in"
                " fixed order (bitwise reproducible across thread counts)\n",
-               fa_cpu_threads(ctx), ctx->threads > 0 ? "fa_context_set_threads" : "all cores");
+               fa_cpu_threads(ctx), ctx->threads > 0 ? "fa_context_set_threads" : "the default");
 }
 
 /* Kernel names: static strings, [isa][bwd][dtype][variant]; variant bit 0: per-score

@@ -1,14 +1,12 @@
-/* threads.c - the CPU backend's thread count. */
+/* threads.c - the CPU backend's thread count: fa_context_set_threads's, else the
+ * process default (lib/topology.c: OMP_NUM_THREADS, the affinity mask, the cgroup quota,
+ * the core count). */
 #include "config.h"
 #include "threads.h"
+#include "topology.h"
 
 int fa_cpu_threads(const fa_context *ctx)
 {
     if (ctx->threads > 0) return ctx->threads;
-    if (ctx->topo.cores > 0) return ctx->topo.cores;
-#ifdef _OPENMP
-    return omp_get_num_procs();
-#else
-    return 1;
-#endif
+    return fa_default_threads(NULL, 0);
 }

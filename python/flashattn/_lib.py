@@ -26,15 +26,15 @@ class FaTensor(ctypes.Structure):
 
 
 class FaOptions(ctypes.Structure):
-    """fa_options, field for field. The trailing zero bytes keep a later, longer C struct
-    reading zeros (its defaults) in fields this module does not know."""
+    """fa_options, field for field. `reserved` stays zero: a later library gives new
+    options those slots, and their zero value is the old behaviour."""
     _fields_ = [("scale", ctypes.c_float), ("causal", ctypes.c_int), ("window", ctypes.c_int),
                 ("window_left", ctypes.c_int64), ("window_right", ctypes.c_int64),
                 ("softcap", ctypes.c_float), ("alibi_slopes", ctypes.c_void_p),
                 ("sinks", ctypes.c_void_p), ("bias", ctypes.POINTER(FaTensor)),
                 ("dropout_p", ctypes.c_float), ("seed", ctypes.c_uint64),
                 ("offset", ctypes.c_uint64), ("deterministic", ctypes.c_int),
-                ("_reserved", ctypes.c_uint8 * 256)]
+                ("reserved", ctypes.c_uint64 * 8)]
 
 
 class FlashAttnError(Exception):

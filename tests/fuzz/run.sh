@@ -9,7 +9,7 @@
 #
 # Environment: FUZZ_CC (clang), FUZZ_BUILD (tests/fuzz/build), FUZZ_JOBS (2: parallel
 # compiles), FUZZ_FLAGS (extra libFuzzer flags), FA_TEST_BACKENDS (fuzz_diff: reference,cpu).
-# Debian packages: clang libclang-rt-14-dev libomp-14-dev (tools/install-deps.sh).
+# Debian packages: clang libclang-rt-14-dev libomp-14-dev (tools/install-deps.sh --fuzz).
 set -eu
 secs=${1:-60}
 [ $# -gt 0 ] && shift
