@@ -19,7 +19,7 @@ for arg in "$@"; do
   esac
 done
 pkgs="build-essential autoconf automake libtool pkg-config libhwloc-dev check cmake libopenblas-dev gnuplot-nox"
-pkgs="$pkgs python3-torch python3-numpy python3-pytest"
+pkgs="$pkgs python3-torch python3-numpy python3-pytest python3-venv python3-pip python3-wheel"
 pkgs="$pkgs libopenmpi-dev openmpi-bin"
 [ $fuzz = yes ] && pkgs="$pkgs clang libclang-rt-14-dev libomp-14-dev"
 missing=""

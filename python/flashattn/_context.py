@@ -76,7 +76,8 @@ def get(backend, device=None):
 
 def set_num_threads(n):
     """Threads for CPU and reference calls from now on, in every Python thread
-    (fa_context_set_threads); 0 restores the library's default (all cores)."""
+    (fa_context_set_threads); 0 restores the library's default (OMP_NUM_THREADS, else the
+    CPUs this process may use)."""
     global _cpu_threads
     n = int(n)
     if n < 0:
