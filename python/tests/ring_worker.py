@@ -3,6 +3,10 @@ size through flashattn.ring_attention and checks the gathered result.
 
     ring_worker.py WORLD RANK INIT_FILE RESULT_DIR [BACKEND [DEVICE]]
 
+BACKEND gloo (the default) or nccl; DEVICE cpu (the default) or cuda: under gloo every
+rank's tensors are on cuda:0 (the ring stages its messages through host memory), under
+nccl rank r's are on cuda:r.
+
 Every rank draws the same global inputs (a seed per case), takes its shard, runs the ring
 forward and backward, and all_gather_object's its shard of out, dq, dk, dv to rank 0, which
 puts them back in global order and compares them (and dsinks) with flash_attn_func over
@@ -151,6 +155,9 @@ def main():
     world, rank, init, outdir = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
     backend = sys.argv[5] if len(sys.argv) > 5 else "gloo"
     device = torch.device(sys.argv[6] if len(sys.argv) > 6 else "cpu")
+    if backend == "nccl":   # one GPU per rank, the current device
+        device = torch.device("cuda", rank)
+        torch.cuda.set_device(device)
     torch.set_num_threads(1)
     flashattn.set_num_threads(1)
     dist.init_process_group(backend, init_method="file://" + init, world_size=world,

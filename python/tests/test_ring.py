@@ -1,7 +1,8 @@
-"""flashattn.ring_attention over torch.distributed (gloo, CPU tensors): 2, 3 and 4 processes
-on this host, each case checked on the gathered result against flash_attn_func over the
-whole sequence (ring_worker.py does the work; one launch per world size serves all its
-cases). Plus the options the ring refuses, in this process.
+"""flashattn.ring_attention over torch.distributed: 2, 3 and 4 processes on this host with
+gloo and CPU tensors (and, where GPUs are visible, 2 processes with CUDA tensors: over gloo
+on one GPU, over NCCL on two). Each case is checked on the gathered result against
+flash_attn_func over the whole sequence; ring_worker.py does the work, one launch per
+world size serving all its cases. Plus the options the ring refuses, in this process.
 
 Bounded: the group is created with a 30 s timeout and the launch is killed after
 RING_TIMEOUT_S (120 s) in all, so a hang fails the tests instead of stalling them.
@@ -58,17 +59,26 @@ def _launch(world, backend="gloo", device="cpu"):
 
 
 @functools.lru_cache(maxsize=None)
-def world_results(world):
-    return _launch(world)
+def world_results(world, backend, device):
+    return _launch(world, backend, device)
 
 
-PARAMS = [(w, c["name"]) for w in WORLDS for c in CASES if w in c["worlds"]] + \
-    [(w, "mismatch") for w in WORLDS]
+GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
+RUNS = [("gloo", "cpu", WORLDS, []),
+        # CUDA tensors, every rank on cuda:0, messages staged through host memory
+        ("gloo", "cuda", (2,), [pytest.mark.skipif(GPUS < 1, reason="no CUDA device")]),
+        # NCCL, one GPU per rank
+        ("nccl", "cuda", (2,), [pytest.mark.skipif(
+            GPUS < 2 or not torch.distributed.is_nccl_available(),
+            reason="NCCL ring needs 2 GPUs and NCCL")])]
+PARAMS = [pytest.param(b, d, w, name, marks=marks, id="%s-%s-%d-%s" % (b, d, w, name))
+          for b, d, worlds, marks in RUNS for w in worlds
+          for name in [c["name"] for c in CASES if w in c["worlds"]] + ["mismatch"]]
 
 
-@pytest.mark.parametrize("world,name", PARAMS)
-def test_ring_matches_single_process(world, name):
-    res = world_results(world)
+@pytest.mark.parametrize("backend,device,world,name", PARAMS)
+def test_ring_matches_single_process(backend, device, world, name):
+    res = world_results(world, backend, device)
     assert isinstance(res, dict), res
     assert name in res, "case %s did not run: %s" % (name, res)
     assert res[name] == "ok", res[name]
