@@ -30,11 +30,12 @@ import refimpl as R  # noqa: E402
 
 
 def case(name, worlds, qlens, kvlens=None, layout="contiguous", causal=False, H=4, Hkv=2,
-         D=16, Dv=None, sinks=False, dtype=torch.float32, softcap=0.0, B=2):
+         D=16, Dv=None, sinks=False, dtype=torch.float32, softcap=0.0, B=2, scale=None,
+         deterministic=False):
     """qlens[w] / kvlens[w]: the local shard lengths of each rank at world size w."""
     return dict(name=name, worlds=worlds, qlens=qlens, kvlens=kvlens or qlens, layout=layout,
                 causal=causal, H=H, Hkv=Hkv, D=D, Dv=Dv or D, sinks=sinks, dtype=dtype,
-                softcap=softcap, B=B)
+                softcap=softcap, B=B, scale=scale, deterministic=deterministic)
 
 
 EVEN = {2: [12, 12], 3: [8, 8, 8], 4: [6, 6, 6, 6]}
@@ -52,7 +53,10 @@ CASES = [
     case("zigzag-noncausal-uneven", (3,), UNEVEN, layout="zigzag"),
     case("causal-more-keys-mqa", (2, 4), EVEN, kvlens={2: [15, 9], 4: [9, 3, 8, 10]},
          layout="zigzag", causal=True, H=4, Hkv=1),
-    case("causal-fewer-keys", (3,), UNEVEN, kvlens={3: [4, 6, 2]}, causal=True, sinks=True),
+    case("causal-fewer-keys-scale", (3,), UNEVEN, kvlens={3: [4, 6, 2]}, causal=True,
+         sinks=True, scale=0.3),
+    case("deterministic", (4,), EMPTY, layout="zigzag", causal=True, sinks=True,
+         deterministic=True),
     case("bf16-softcap-dv", (2,), UNEVEN, layout="zigzag", causal=True, dtype=torch.bfloat16,
          softcap=5.0, D=32, Dv=16),
     case("fp16-mha", (4,), UNEVEN, causal=True, dtype=torch.float16, H=2, Hkv=2),
@@ -101,35 +105,45 @@ def run_case(c, world, rank, device):
     ql, kl, vl = (x[:, p].clone().to(device).requires_grad_() for x, p in
                   ((q, pq), (k, pk), (v, pk)))
     sl = None if sk is None else sk.clone().to(device).requires_grad_()
-    out = flashattn.ring_attention(ql, kl, vl, causal=c["causal"], layout=c["layout"],
-                                   sinks=sl, softcap=c["softcap"])
+    kw = dict(causal=c["causal"], softcap=c["softcap"], softmax_scale=c["scale"])
+    out, lse = flashattn.ring_attention(ql, kl, vl, layout=c["layout"], sinks=sl,
+                                        deterministic=c["deterministic"], return_lse=True,
+                                        **kw)
     leaves = [ql, kl, vl] + ([sl] if sl is not None else [])
     grads = torch.autograd.grad(out, leaves, dout[:, pq].to(device))
-    mine = dict(pq=pq, pk=pk, out=out.detach().cpu(), dq=grads[0].cpu(),
+    if c["deterministic"]:   # the same gradients, bit for bit, on a second run
+        again = torch.autograd.grad(flashattn.ring_attention(
+            ql, kl, vl, layout=c["layout"], sinks=sl, deterministic=True, **kw), leaves,
+            dout[:, pq].to(device))
+        assert all(torch.equal(a, b) for a, b in zip(grads, again)), "not deterministic"
+    mine = dict(pq=pq, pk=pk, out=out.detach().cpu(), lse=lse.cpu(), dq=grads[0].cpu(),
                 dk=grads[1].cpu(), dv=grads[2].cpu(),
                 ds=grads[3].cpu() if sl is not None else None)
     every = [None] * world
     dist.all_gather_object(every, mine)
     if rank != 0:
         return
-    got = {"out": torch.zeros(B, Sq, H, Dv, dtype=dt), "dq": torch.zeros_like(q),
+    got = {"out": torch.zeros(B, Sq, H, Dv, dtype=dt), "lse": torch.zeros(B, H, Sq),
+           "dq": torch.zeros_like(q),
            "dk": torch.zeros_like(k), "dv": torch.zeros_like(v)}
     for m in every:
         for name, p in (("out", m["pq"]), ("dq", m["pq"]), ("dk", m["pk"]), ("dv", m["pk"])):
             got[name][:, p] = m[name]
+        got["lse"][:, :, m["pq"]] = m["lse"]
         assert m["ds"] is None or torch.equal(m["ds"], every[0]["ds"]), "dsinks differ"
     inputs = [x.clone().requires_grad_() for x in (q, k, v)] + \
         ([sk.clone().requires_grad_()] if sk is not None else [])
-    single = flashattn.flash_attn_func(*inputs[:3], causal=c["causal"], softcap=c["softcap"],
-                                       sinks=inputs[3] if sk is not None else None)
+    single, slse, _ = flashattn.flash_attn_func(*inputs[:3], return_attn_probs=True,
+                                                sinks=inputs[3] if sk is not None else None,
+                                                **kw)
     sgrads = torch.autograd.grad(single, inputs, dout)
 
     def ref(compute, store):
         lv = [x.detach().to(compute).requires_grad_() for x in inputs]
-        o, _ = R.attention(*lv[:3], sinks=lv[3] if sk is not None else None,
+        o, l = R.attention(*lv[:3], sinks=lv[3] if sk is not None else None,
                            causal="br" if c["causal"] else None, softcap=c["softcap"],
-                           compute=compute, store=store)
-        return (o.detach(),) + torch.autograd.grad(o, lv, dout.to(compute))
+                           scale=c["scale"], compute=compute, store=store)
+        return (o.detach(),) + torch.autograd.grad(o, lv, dout.to(compute)) + (l.detach(),)
 
     oracle = ref(torch.float64, None)
     naive = ref(torch.float32, None if dt == torch.float32 else dt)
@@ -138,6 +152,7 @@ def run_case(c, world, rank, device):
     for i, name in enumerate(["out", "dq", "dk", "dv", "dsinks"][:len(ours)]):
         within(name, ours[i], ([single] + list(sgrads))[i], oracle[i], naive[i], dt,
                2.0 if name == "out" else 3.0)
+    within("lse", got["lse"], slse, oracle[-1], naive[-1], torch.float32, 2.0)
 
 
 def run_mismatch(world, rank, device):
