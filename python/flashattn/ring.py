@@ -13,6 +13,8 @@ wholly in the future of a query segment is skipped, one wholly in its past runs 
 and a block on the diagonal runs as one bottom-right causal call over the keys that its
 rows can see plus one unmasked call for the rows that see the whole block.
 """
+import ctypes
+
 import torch
 import torch.distributed as dist
 
@@ -106,7 +108,8 @@ class _Ring:
         self.next = _global_rank(group, (self.rank + 1) % self.R)
         self.prev = _global_rank(group, (self.rank - 1) % self.R)
         self.device = device
-        nccl = dist.get_backend(group) == "nccl"
+        backend = str(dist.get_backend(group))   # "nccl", "gloo", "cpu:gloo,cuda:nccl"...
+        nccl = backend == "nccl" or (device.type == "cuda" and "cuda:nccl" in backend)
         if nccl and (device.type != "cuda" or device.index != torch.cuda.current_device()):
             raise ValueError("flashattn: ring_attention over NCCL needs the tensors on the "
                              "current CUDA device (cuda:%d), got %s"
@@ -142,27 +145,76 @@ class _Pending:
         return [b.to(self.device) for b in self.got]
 
 
-def _gather_setup(ring, q, k, v, sinks, layout, causal, scale, softcap):
-    """All-gathers every rank's shard lengths and settings; a mismatch raises ValueError on
-    every rank alike."""
-    zig = layout == "zigzag"
+def _probe(cfg, q, k, v):
+    """Whether this rank's library serves its block calls (fa_query, and fa_query_backward
+    when a gradient is wanted) on one-row stand-ins: 0 or (fa_status, message)."""
+    B, H, Hkv, D, Dv = q.shape[0], q.shape[2], k.shape[2], q.shape[3], v.shape[3]
+    f32 = torch.float32
+    shapes = [((B, 1, H, D), q.dtype), ((B, 1, Hkv, D), q.dtype), ((B, 1, Hkv, Dv), q.dtype),
+              ((B, 1, H, Dv), f32), ((B, 1, H, D), f32), ((B, 1, Hkv, D), f32),
+              ((B, 1, Hkv, Dv), f32), ((B, 1, H, Dv), q.dtype)]
+    ts = [torch.zeros(sh, dtype=dt, device=q.device) for sh, dt in shapes]
+    q1, k1, v1, o1, dq1, dk1, dv1, oq1 = [TORCH.fa(x) for x in ts]
+    lse = torch.zeros((B, H, 1), dtype=f32, device=q.device)
+    name = ctypes.c_char_p()
+    try:
+        for causal in (False, True) if cfg.causal else (False,):
+            opt = _params(cfg, causal).options(TORCH)
+            TORCH.call(q, L.lib.fa_query, ctypes.byref(name), o1, lse.data_ptr(), q1, k1, v1,
+                       opt)
+            if cfg.need_grad:
+                TORCH.call(q, _query_backward(), ctypes.byref(name), dq1, dk1, dv1, None, oq1,
+                           q1, k1, v1, oq1, lse.data_ptr(), opt)
+    except L.FlashAttnError as e:
+        return (e.status, str(e))
+    return 0
+
+
+def _query_backward():
+    fn = L.lib.fa_query_backward
+    if fn.restype is not ctypes.c_int or fn.argtypes is None:
+        T = ctypes.POINTER(L.FaTensor)
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p), T, T, T,
+                       ctypes.c_void_p, T, T, T, T, T, ctypes.c_void_p,
+                       ctypes.POINTER(L.FaOptions)]
+    return fn
+
+
+def _bits(x):
+    return int(torch.tensor(float(x), dtype=torch.float32).view(torch.int32))
+
+
+_AGREE = ["batch", "heads", "kv heads", "head_dim", "v head_dim", "dtype", "causal",
+          "sinks (None or not)", "layout", "softmax_scale", "softcap"]
+
+
+def _gather_setup(cfg, ring, q, k, v, sinks):
+    """All-gathers every rank's shard lengths, settings and verdict on its block calls; a
+    mismatch or a refusal raises on every rank alike (ValueError for a mismatch)."""
+    zig = cfg.layout == "zigzag"
+    verdict = _probe(cfg, q, k, v)
     meta = [*_split(q.shape[1], zig), *_split(k.shape[1], zig), q.shape[0], q.shape[2],
-            k.shape[2], q.shape[3], v.shape[3], _DTYPES.get(q.dtype, -1), int(causal),
-            int(sinks is not None), _LAYOUTS[layout],
-            int(torch.tensor(float(scale), dtype=torch.float32).view(torch.int32)),
-            int(torch.tensor(float(softcap), dtype=torch.float32).view(torch.int32))]
+            k.shape[2], q.shape[3], v.shape[3], _DTYPES.get(q.dtype, -1), int(cfg.causal),
+            int(sinks is not None), _LAYOUTS[cfg.layout], _bits(cfg.scale or 0.0),
+            _bits(cfg.softcap), verdict[0] if verdict else 0]
     mine = torch.tensor(meta, dtype=torch.int64, device=ring.comm)
     table = [torch.empty_like(mine) for _ in range(ring.R)]
     dist.all_gather(table, mine, group=ring.group)
     table = [t.tolist() for t in table]
-    names = ["batch", "heads", "kv heads", "head_dim", "v head_dim", "dtype", "causal",
-             "sinks (None or not)", "layout", "softmax_scale", "softcap"]
     for r in range(1, ring.R):
-        for i, name in enumerate(names):
+        for i, name in enumerate(_AGREE):
             if table[r][4 + i] != table[0][4 + i]:
                 raise ValueError("flashattn: ring_attention: rank %d's %s differs from rank "
                                  "0's" % (r, name))
-    return _Geometry([tuple(t[:4]) for t in table], ring.rank, zig, bool(causal))
+    if verdict:
+        raise L._ERRORS.get(verdict[0], L.InternalError)(verdict[1])
+    for r in range(ring.R):
+        if table[r][-1]:
+            raise L._ERRORS.get(table[r][-1], L.InternalError)(
+                "flashattn: ring_attention: rank %d's library refuses its block calls "
+                "(its own error says why)" % r)
+    return _Geometry([tuple(t[:4]) for t in table], ring.rank, zig, bool(cfg.causal))
 
 
 # ---- one block: the C calls with fp32 results ----------------------------------------------
@@ -287,11 +339,13 @@ def _ring_backward(cfg, ring, g, dout, q, k, v, out, lse, sinks):
 
 
 class _Config:
-    __slots__ = ("group", "layout", "causal", "scale", "softcap", "deterministic")
+    __slots__ = ("group", "layout", "causal", "scale", "softcap", "deterministic",
+                 "need_grad")
 
     def __init__(self, group, layout, causal, scale, softcap, deterministic):
         self.group, self.layout, self.causal = group, layout, causal
         self.scale, self.softcap, self.deterministic = scale, softcap, deterministic
+        self.need_grad = False
 
 
 class _RingAttention(torch.autograd.Function):
@@ -299,8 +353,7 @@ class _RingAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, sinks, cfg):
         q, k, v = (TORCH.unit_last(x).contiguous() for x in (q, k, v))
         ring = _Ring(cfg.group, q.device)
-        g = _gather_setup(ring, q, k, v, sinks, cfg.layout, cfg.causal, cfg.scale or 0.0,
-                          cfg.softcap)
+        g = _gather_setup(cfg, ring, q, k, v, sinks)
         out, lse = _ring_forward(cfg, ring, g, q, k, v, sinks)
         ctx.save_for_backward(q, k, v, out, lse, sinks)
         ctx.cfg, ctx.ring, ctx.geom = cfg, ring, g
@@ -330,7 +383,8 @@ def ring_attention(q, k, v, group=None, causal=False, softmax_scale=None, layout
     i + Sk_total - Sq_total). sinks: fp32 [H], counted once per row; dsinks is summed over
     the ranks. Returns out [B, Sq_local, H, d_v] (and lse [B, H, Sq_local] with return_lse),
     differentiable in q, k, v and sinks. Every rank of the group must call it with the same
-    settings (checked: ValueError on every rank). Windows, ALiBi and dropout raise
+    settings (checked: ValueError on every rank); a call the library refuses on one rank
+    raises on every rank. Windows, ALiBi and dropout raise
     NotImplementedError (a block's global offset is not one of the kernels' alignments;
     dropout's keep-mask is keyed by positions within one call)."""
     if tuple(window_size) != (-1, -1):
@@ -351,6 +405,8 @@ def ring_attention(q, k, v, group=None, causal=False, softmax_scale=None, layout
                          % (q.shape[2], sinks.dtype, tuple(sinks.shape)))
     scale = None if softmax_scale is None else scale_arg(softmax_scale)
     cfg = _Config(group, layout, bool(causal), scale, float(softcap), bool(deterministic))
+    cfg.need_grad = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (q, k, v, sinks))
     out, lse = _RingAttention.apply(q, k, v, sinks, cfg)
     return (out, lse) if return_lse else out
 

@@ -166,6 +166,19 @@ def run_mismatch(world, rank, device):
     raise AssertionError("no ValueError for a causal flag that differs between ranks")
 
 
+def run_refused(world, rank, device):
+    """A call the library refuses (3 heads over 2 KV heads; a rank with an empty shard
+    runs no block call of its own): the library's error on every rank, nothing hangs."""
+    q = torch.randn(1, 0 if rank == 0 else 5, 3, 8, device=device)
+    k = torch.randn(1, 0 if rank == 0 else 5, 2, 8, device=device)
+    try:
+        flashattn.ring_attention(q, k, k, causal=True)
+    except flashattn.InvalidArgumentError as e:
+        assert "does not divide" in str(e), str(e)
+        return
+    raise AssertionError("no InvalidArgumentError for 3 heads over 2 KV heads")
+
+
 def main():
     world, rank, init, outdir = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
     backend = sys.argv[5] if len(sys.argv) > 5 else "gloo"
@@ -181,6 +194,7 @@ def main():
     todo = [(c["name"], lambda c=c: run_case(c, world, rank, device))
             for c in CASES if world in c["worlds"]]
     todo.append(("mismatch", lambda: run_mismatch(world, rank, device)))
+    todo.append(("refused", lambda: run_refused(world, rank, device)))
     for name, fn in todo:
         try:
             fn()

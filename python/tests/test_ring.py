@@ -73,7 +73,7 @@ RUNS = [("gloo", "cpu", WORLDS, []),
             reason="NCCL ring needs 2 GPUs and NCCL")])]
 PARAMS = [pytest.param(b, d, w, name, marks=marks, id="%s-%s-%d-%s" % (b, d, w, name))
           for b, d, worlds, marks in RUNS for w in worlds
-          for name in [c["name"] for c in CASES if w in c["worlds"]] + ["mismatch"]]
+          for name in [c["name"] for c in CASES if w in c["worlds"]] + ["mismatch", "refused"]]
 
 
 @pytest.mark.parametrize("backend,device,world,name", PARAMS)
