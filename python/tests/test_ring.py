@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 import pytest
 import torch
@@ -27,19 +28,23 @@ RING_TIMEOUT_S = 120
 
 def _launch(world, backend="gloo", device="cpu"):
     """Runs ring_worker.py on `world` processes: {case: "ok" or why not} over all ranks."""
-    tmp = tempfile.mkdtemp(prefix="fa-ring-")
-    init = os.path.join(tmp, "init")
+    with tempfile.TemporaryDirectory(prefix="fa-ring-") as tmp:
+        return _run_ranks(world, backend, device, tmp)
+
+
+def _run_ranks(world, backend, device, tmp):
     env = dict(os.environ, OMP_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join([os.path.dirname(HERE), HERE,
                                            os.environ.get("PYTHONPATH", "")]))
     procs = [subprocess.Popen([sys.executable, os.path.join(HERE, "ring_worker.py"),
-                               str(world), str(r), init, tmp, backend, device], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                               str(world), str(r), os.path.join(tmp, "init"), tmp, backend,
+                               device], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT)
              for r in range(world)]
-    logs = []
+    deadline, logs = time.monotonic() + RING_TIMEOUT_S, []
     for p in procs:
         try:
-            out, _ = p.communicate(timeout=RING_TIMEOUT_S)
+            out, _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             for q in procs:
                 q.kill()
