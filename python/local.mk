@@ -12,4 +12,5 @@ EXTRA_DIST += python/run-tests.sh python/README.md python/pyproject.toml \
 	python/tests/test_backward.py python/tests/test_dropout.py \
 	python/tests/test_varlen_kvcache.py python/tests/test_errors.py \
 	python/tests/test_numpy.py python/tests/test_sdpa.py python/tests/test_compile.py \
-	python/tests/test_threads.py python/examples/train_step.py
+	python/tests/test_threads.py python/examples/train_step.py \
+	python/flashattn/ring.py python/tests/test_ring.py python/tests/ring_worker.py
