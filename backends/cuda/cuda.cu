@@ -41,22 +41,11 @@ typedef struct {
     int cc_major, cc_minor, sms, smem_optin, l2, debug;
     size_t mem;
     int req_bq, req_bkv;
-    int force_general;               /* FA_CUDA_FWD=general: the general forward kernel always */
-    int f32_simt;                    /* FA_CUDA_F32=simt: the fp32-FMA forward always (A/B runs) */
-    int use_sm90;                    /* the Hopper forward (forward_sm90.cuh) serves the fast set */
-    int use_ws;                      /* ... and its warp-specialized form (forward_sm90ws.cuh)
-                                        all but paged caches (FA_CUDA_FWD=sm90v1: never) */
-    int ws_bn, ws_bm;                /* FA_CUDA_WS_BN / FA_CUDA_WS_BM: the warp-specialized
-                                        forward's KV tile width / query rows where compiled
-                                        for the head dim (A/B timing); 0: fwd_ws_tile's
-                                        choice; BN -1 ("alt"): fa_fwd_ws_bn_alt */
-    int sm90_vdesc;                  /* FA_SM90_VDESC: layout variant of V's descriptor (diagnostic) */
-    int use_sm90_bwd;                /* the Hopper backward serves the lean set */
-    int use_bws;                     /* ... in its warp-specialized form (backward_sm90ws.cuh),
-                                        d64 and d128 (FA_CUDA_BWD=sm90v1: never) */
-    int bws_drift;                   /* its DRIFT form (the two consumer warpgroups synchronize
-                                        pairwise, not per tile) */
-    int dq_atomic;                   /* FA_CUDA_DQ=atomic: ... adds dQ with atomics, not the tensor-map reduce */
+    int use_sm90;                    /* the Hopper kernels serve the fast forward set (the
+                                        warp-specialized forward, paged caches the first one)
+                                        and the lean backward set */
+    int dq_atomic;                   /* FA_CUDA_DQ=atomic (a test hook): the Hopper backward
+                                        adds dQ with atomics, not the tensor-map reduce */
     int tmap_tried;                  /* the driver's tensor-map encoder looked up (once) */
     void *tmap_encode;               /* cuTensorMapEncodeTiled, or NULL: dQ by atomics */
     int *tickets;                    /* the warp-specialized forward's tile counter (device, 0
@@ -78,39 +67,21 @@ static fa_status cuda_err(const fa_context *ctx, cudaError_t e, const char *what
                         cudaGetErrorString(e));
 }
 
-/* The kernel families this device runs, from its compute capability and the A/B knobs
-   (at context creation and at every fa_context_set_device). */
+/* The kernel families this device runs, from its compute capability (at context creation
+   and at every fa_context_set_device). The wgmma kernels exist only in builds that compiled
+   sm_90a code (FA_SM90A) and run only on compute capability 9.0 exactly (sm_90a code does
+   not run on later chips). */
 static void dispatch_flags(cuda_impl *im)
 {
-    const char *fk = getenv("FA_CUDA_FWD");
-    im->force_general = fk && !strcmp(fk, "general");
-    /* The wgmma forward exists only in builds that compiled sm_90a code (FA_SM90A) and runs
-       only on compute capability 9.0 exactly (sm_90a code does not run on later chips);
-       FA_CUDA_FWD=sm80 keeps the sm80 kernels there (A/B timing). */
-    im->use_sm90 = FA_SM90A && im->cc_major == 9 && im->cc_minor == 0 && !(fk && (!strcmp(fk, "sm80") || im->force_general));
-    /* FA_CUDA_FWD=sm90v1: the first Hopper forward (cp.async by every thread, block
-       barriers) instead of the warp-specialized one (A/B timing) */
-    im->use_ws = im->use_sm90 && !(fk && !strcmp(fk, "sm90v1"));
-    const char *wb = getenv("FA_CUDA_WS_BN");
-    im->ws_bn = !wb ? 0 : !strcmp(wb, "alt") ? -1 : atoi(wb);
-    const char *wm = getenv("FA_CUDA_WS_BM");
-    im->ws_bm = wm ? atoi(wm) : 0;
-    const char *fb = getenv("FA_CUDA_BWD");   /* FA_CUDA_BWD=sm80: the sm80 backward always */
-    im->use_sm90_bwd = FA_SM90A && im->cc_major == 9 && im->cc_minor == 0 && !(fb && !strcmp(fb, "sm80"));
-    /* the warp-specialized Hopper backward where it serves (d64, d128); FA_CUDA_BWD=sm90v1
-       keeps the first Hopper backward there (A/B timing) */
-    im->use_bws = im->use_sm90_bwd && !(fb && !strcmp(fb, "sm90v1"));
-    /* its DRIFT form (1.04-1.14x the lockstep form at d64, 1.05-1.18x at d128 on the H200;
-       bench/NOTES.md); FA_CUDA_BWD=lockstep: never */
-    im->bws_drift = im->use_bws && !(fb && !strcmp(fb, "lockstep"));
+    im->use_sm90 = FA_SM90A && im->cc_major == 9 && im->cc_minor == 0;
 }
 
 /* The warp-specialized forward's tile for problem p at head-dim class D: *bm query rows x
    *bn keys, one of the tiles compiled (kernels.h: fa_fwd_ws_has) */
-static void fwd_ws_tile(const cuda_impl *im, int D, const fa_problem *p, int *bm, int *bn)
+static void fwd_ws_tile(int D, const fa_problem *p, int *bm, int *bn)
 {
     /* d64: 128-key tiles up to 2048 keys (1.04-1.15x the 192-key ones at 512-1024 keys, even
-       at 2048; 0.95-0.98x from 4096 on; bench/NOTES.md) */
+       at 2048; 0.95-0.98x from 4096 on, on the H200) */
     *bn = D == 64 && p->max_sk <= 2048 ? fa_fwd_ws_bn_alt(D) : fa_fwd_ws_bn(D);
     *bm = 128;
     /* d64 without causal mask or window, from 512 queries: 192 query rows (3 consumer
@@ -121,10 +92,6 @@ static void fwd_ws_tile(const cuda_impl *im, int D, const fa_problem *p, int *bm
         *bm = fa_fwd_ws_bm_alt(D);
         *bn = fa_fwd_ws_bn_alt(D);
     }
-    /* the A/B knobs, where the tile they ask for is compiled */
-    if (im->ws_bn < 0 && fa_fwd_ws_bn_alt(D) > 0) *bn = fa_fwd_ws_bn_alt(D);
-    if (im->ws_bn > 0 && fa_fwd_ws_has(D, 128, im->ws_bn)) *bn = im->ws_bn;
-    if (im->ws_bm > 0) *bm = im->ws_bm;
     if (!fa_fwd_ws_has(D, *bm, *bn)) *bm = 128;
 }
 
@@ -173,10 +140,6 @@ static fa_status cuda_init(fa_context *ctx)
     im->debug = dbg && !strcmp(dbg, "1");
     const char *dq = getenv("FA_CUDA_DQ");   /* FA_CUDA_DQ=atomic: the Hopper backward's dQ by atomics */
     im->dq_atomic = dq && !strcmp(dq, "atomic");
-    const char *vd = getenv("FA_SM90_VDESC");
-    im->sm90_vdesc = vd && !strcmp(vd, "1");
-    const char *fe = getenv("FA_CUDA_F32");
-    im->f32_simt = fe && !strcmp(fe, "simt");
     ctx->impl = im;
     H->verbose(ctx, "cuda: device 0 %s sm%d%d, %d SMs, %d KiB smem/block, %d MiB L2", im->name,
                im->cc_major, im->cc_minor, im->sms, im->smem_optin / 1024, im->l2 >> 20);
@@ -263,7 +226,6 @@ static void cuda_describe(const fa_context *ctx, char *buf, size_t len)
                "registers for d64, K and V single-buffered with cp.async overlapping the two products; "
                "general kernel (everything else%s): tiles 128 x 64, 8 warps x 16 query rows, K/V "
                "double-buffered%s\n",
-               im->force_general ? "; FA_CUDA_FWD=general: every call" : "",
                im->req_bq || im->req_bkv ? "; requested tiles ignored: the kernels are compiled for fixed tiles" : "");
     if (im->use_sm90)
         H->appendf(buf, len,
@@ -271,26 +233,24 @@ static void cuda_describe(const fa_context *ctx, char *buf, size_t len)
                    "kernel's feature set: 2 warpgroups x 64 query rows, tiles 128 x 128 (d256: 128 x 64), "
                    "Q, K, V in 128-byte swizzled shared memory, K/V double-buffered with cp.async, "
                    "S = Q K^T and O += P V on wgmma (P from registers)%s\n",
-                   im->use_ws ? "; since then warp-specialized for every layout but paged caches: a "
+                   "; since then warp-specialized for every layout but paged caches: a "
                                 "producer warp loads Q, K, V by TMA into a ring of 3/3/2 stages (d64/d128/d256; "
                                 "tiles 128 x 192/128/80, d64 with <= 2048 keys 128 x 128) with mbarriers, 2 "
                                 "consumer warpgroups (setmaxnreg 232 registers, producer 40; d64 without a causal "
                                 "mask or window from 512 queries: 3 consumer warpgroups on 192 x 128 tiles, 160 "
                                 "registers, producer 32, which take turns issuing their products on work tiles "
                                 "of 4096 keys or more), persistent grid of one block per SM, query tiles of a "
-                                "head in descending order" : "");
-    if (im->use_sm90_bwd)
+                                "head in descending order");
+    if (im->use_sm90)
         H->appendf(buf, len,
                    "backward on this chip: cuda/sm90 wgmma kernel for the lean set (no softcap, ALiBi, bias "
                    "or dropout): 2 warpgroups x 64 keys (d256: both on 64 keys, dK/dV columns split), query "
                    "tiles of 64 rows, the five products on wgmma, dQ added into an fp32 workspace by the "
-                   "tensor-map reduce%s%s%s\n",
-                   im->use_bws ? "; since then d64 and d128 warp-specialized (a producer warp loads "
+                   "tensor-map reduce%s\n",
+                   "; since then d64 and d128 warp-specialized (a producer warp loads "
                                  "K, V once and Q, dO by TMA into a ring of 3/2 stages with mbarriers, 2 consumer "
                                  "warpgroups with 240 registers, dS double-buffered, one named barrier per query "
-                                 "tile)" : "",
-                   im->bws_drift ? "; both in the drift form" : "",
-                   im->bws_drift ? " (the consumer warpgroups meet by one-way barrier pairs, up to a tile apart)" : "");
+                                 "tile), the consumer warpgroups meeting by one-way barrier pairs, up to a tile apart)");
     H->appendf(buf, len,
                "split-kv: when batch*heads*ceil(Sq/rows per tile) < %d SMs (decode), keys are split over up to "
                "%d blocks and merged by the combine kernel\n", im->sms, FA_CU_MAX_PARTS);
@@ -303,11 +263,12 @@ static void cuda_describe(const fa_context *ctx, char *buf, size_t len)
     H->appendf(buf, len,
                "fp32 q/k/v: every feature, any head dim up to 256; forward of head-dim classes 64/128: "
                "cuda/tf32x3 (tensor cores, each fp32 product as three tf32 products: big*big + big*small + "
-               "small*big, fp32 accumulation; 8 warps x 16 query rows, 32 keys per tile%s); class 256 and the "
+               "small*big, fp32 accumulation; 8 warps x 16 query rows, 32 keys per tile); class 256 and the "
                "backward: cuda/simt kernels (fp32 FMA on the CUDA cores; forward 64 query rows x 32 keys, "
                "backward 32 keys x %d/%d query rows (d <= 64 / larger), 256 threads)\n",
-               im->f32_simt ? "; FA_CUDA_F32=simt: the FMA kernel instead" : "",
                fa_f32_bwd_bq(64), fa_f32_bwd_bq(128));
+    if (im->use_sm90 && im->dq_atomic)
+        H->appendf(buf, len, "FA_CUDA_DQ=atomic: the Hopper backward adds dQ by atomics, not the tensor-map reduce\n");
     H->appendf(buf, len, "stream: %p%s\n", (void *)im->stream, im->stream ? "" : " (default)");
 }
 
@@ -349,7 +310,7 @@ static fa_status cuda_set_stream(fa_context *ctx, void *stream)
 
 /* ---- argument checks that are the device's own -------------------------------------- */
 
-/* A host pointer is INVALID_ARG (API.md: "not a crash"). NULL passes (optional). */
+/* A host pointer is INVALID_ARG (an argument error, never a crash). NULL passes (optional). */
 static fa_status check_ptr(const fa_context *ctx, const void *ptr, const char *name)
 {
     if (!ptr) return FA_OK;
@@ -392,8 +353,8 @@ static fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, in
            (4-byte alignment, any strides) */
         *fast = FWD_F32_SIMT;
         /* head-dim classes 64 and 128 take the 3xTF32 tensor-core forward (tf32x3_fwd.cuh)
-           unless FA_CUDA_F32=simt asks for the FMA kernel (A/B runs) */
-        if (*D <= 128 && !im->f32_simt && fa_tf32_fwd_smem(*D) <= im->smem_optin) *fast = FWD_F32_TF32;
+           where its shared memory fits */
+        if (*D <= 128 && fa_tf32_fwd_smem(*D) <= im->smem_optin) *fast = FWD_F32_TF32;
         int vec = p->dqk % 4 == 0 && p->dv % 4 == 0;
         const fa_tensor *vt[3] = { &p->q, &p->k, &p->v };
         for (int i = 0; i < 3; i++)
@@ -406,17 +367,16 @@ static fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, in
                                 *D, fa_f32_fwd_smem(*D) / 1024, im->name, im->smem_optin / 1024);
     }
     /* The fast kernel serves the common feature set; why not, when it does not. */
-    const char *general_why = f32 ? "fp32" : im->force_general ? "FA_CUDA_FWD=general"
-                              : p->has_bias ? "bias" : p->alibi ? "alibi" : p->softcap > 0.f ? "softcap"
+    const char *general_why = f32 ? "fp32" : p->has_bias ? "bias" : p->alibi ? "alibi" : p->softcap > 0.f ? "softcap"
                               : p->dropout_p > 0.f ? "dropout" : !(p->scale > 0.f) ? "scale <= 0"
                               : fa_fwd_fast_smem(*D) > im->smem_optin ? "shared memory" : NULL;
     if (!f32) *fast = general_why == NULL ? FWD_FAST : FWD_GENERAL;
     if (*fast == FWD_FAST && im->use_sm90 && fa_fwd_sm90_smem(*D) <= im->smem_optin) *fast = FWD_SM90;
     /* The warp-specialized forward, except for paged caches (at d64 and <= 2048 keys with
-       128-key tiles: 1.04-1.15x the first Hopper forward at 512-1024 keys; bench/NOTES.md) */
+ 128-key tiles: 1.04-1.15x the first Hopper forward at 512-1024 keys, on the H200) */
     int wsbm, wsbn;
-    fwd_ws_tile(im, *D, p, &wsbm, &wsbn);
-    if (*fast == FWD_SM90 && im->use_ws && !p->block_table && fa_fwd_ws_smem(*D, wsbm, wsbn) <= im->smem_optin)
+    fwd_ws_tile(*D, p, &wsbm, &wsbn);
+    if (*fast == FWD_SM90 && !p->block_table && fa_fwd_ws_smem(*D, wsbm, wsbn) <= im->smem_optin)
         *fast = FWD_SM90WS;
     if (*fast == FWD_GENERAL && fa_fwd_smem(*D) > im->smem_optin)
         return H->set_error(ctx, FA_ERR_UNSUPPORTED,
@@ -504,7 +464,7 @@ static fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, in
                  dtname(p->q.dtype), *D, bm, wsbn, bm / 64, splits > 1 ? " split-kv" : "");
     else if (*fast == FWD_SM90)
         snprintf(im->qname, sizeof im->qname, "cuda/sm90 fwd %s d%d wgmma %dx%d 2 warpgroups%s%s", dtname(p->q.dtype), *D,
-                 bm, fa_fwd_sm90_bn(*D), im->use_ws && p->block_table ? " (paged cache)" : "",
+                 bm, fa_fwd_sm90_bn(*D), p->block_table ? " (paged cache)" : "",
                  splits > 1 ? " split-kv" : "");
     else if (*fast == FWD_FAST)
         snprintf(im->qname, sizeof im->qname, "cuda/sm80 fwd %s d%d fast %dx64 4 warps%s", dtname(p->q.dtype), *D,
@@ -633,7 +593,7 @@ static fa_status cuda_forward(fa_context *ctx, const fa_problem *p)
     cudaSetDevice(im->device);
     if (im->debug && (st = debug_check(ctx, p)) != FA_OK) return st;
     int bm, bn;   /* the warp-specialized forward's tile */
-    fwd_ws_tile(im, D, p, &bm, &bn);
+    fwd_ws_tile(D, p, &bm, &bn);
 #if FA_SM90A
     CUtensorMap maps[3];
     if (fast == FWD_SM90WS) {
@@ -711,11 +671,10 @@ static fa_status cuda_forward(fa_context *ctx, const fa_problem *p)
     }
     else if (fast == FWD_SM90) {
 #if FA_SM90A
-        const int vd = im->sm90_vdesc;
         switch (D) {
-        case 64: e = bf ? fa_fwd_sm90_launch<__nv_bfloat16, 64>(k, blocks, im->stream, vd) : fa_fwd_sm90_launch<__half, 64>(k, blocks, im->stream, vd); break;
-        case 128: e = bf ? fa_fwd_sm90_launch<__nv_bfloat16, 128>(k, blocks, im->stream, vd) : fa_fwd_sm90_launch<__half, 128>(k, blocks, im->stream, vd); break;
-        default: e = bf ? fa_fwd_sm90_launch<__nv_bfloat16, 256>(k, blocks, im->stream, vd) : fa_fwd_sm90_launch<__half, 256>(k, blocks, im->stream, vd); break;
+        case 64: e = bf ? fa_fwd_sm90_launch<__nv_bfloat16, 64>(k, blocks, im->stream) : fa_fwd_sm90_launch<__half, 64>(k, blocks, im->stream); break;
+        case 128: e = bf ? fa_fwd_sm90_launch<__nv_bfloat16, 128>(k, blocks, im->stream) : fa_fwd_sm90_launch<__half, 128>(k, blocks, im->stream); break;
+        default: e = bf ? fa_fwd_sm90_launch<__nv_bfloat16, 256>(k, blocks, im->stream) : fa_fwd_sm90_launch<__half, 256>(k, blocks, im->stream); break;
         }
 #endif
     }
@@ -794,8 +753,9 @@ static fa_status bwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_bwd *k, in
     k->dv_sb = p->grad_v.stride[0]; k->dv_ss = p->grad_v.stride[1]; k->dv_sh = p->grad_v.stride[2];
     k->dsinks = p->dsinks;
     k->max_sq = (int)p->max_sq;
-    *path = f32 ? BWD_F32 : im->use_sm90_bwd && fa_bwd_lean(*k) && fa_bwd_sm90_smem(*D) <= im->smem_optin ? BWD_SM90 : BWD_SM80;
-    if (*path == BWD_SM90 && im->use_bws && *D <= 128 && fa_bwd_ws_smem(*D) <= im->smem_optin) *path = BWD_SM90WS;
+    *path = f32 ? BWD_F32 : im->use_sm90 && fa_bwd_lean(*k) && fa_bwd_sm90_smem(*D) <= im->smem_optin ? BWD_SM90 : BWD_SM80;
+    /* the warp-specialized Hopper backward where it is compiled (d64, d128) */
+    if (*path == BWD_SM90 && *D <= 128 && fa_bwd_ws_smem(*D) <= im->smem_optin) *path = BWD_SM90WS;
     const int bn = *path == BWD_F32 ? FA_F32_BWD_BN : *path == BWD_SM90WS ? FA_BWD_WS_BN
                    : *path == BWD_SM90 ? fa_bwd_sm90_bn(*D) : 64;
     k->n_blocks = (int)((p->max_sk + bn - 1) / bn);
@@ -806,8 +766,8 @@ static fa_status bwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_bwd *k, in
                  fa_f32_bwd_bq(*D), p->deterministic ? " deterministic" : "");
     else if (*path == BWD_SM90WS)
         snprintf(im->qname, sizeof im->qname,
-                 "cuda/sm90 bwd %s d%d wgmma %dx%d tma warp-specialized 1 producer + 2 consumer warpgroups%s%s",
-                 dtname(p->q.dtype), *D, FA_BWD_WS_BN, FA_BWD_SM90_BQ, im->bws_drift ? " drift" : "",
+                 "cuda/sm90 bwd %s d%d wgmma %dx%d tma warp-specialized 1 producer + 2 consumer warpgroups%s",
+                 dtname(p->q.dtype), *D, FA_BWD_WS_BN, FA_BWD_SM90_BQ,
                  p->deterministic ? " deterministic" : "");
     else if (*path == BWD_SM90)
         snprintf(im->qname, sizeof im->qname, "cuda/sm90 bwd %s d%d wgmma %dx%d 2 warpgroups%s%s", dtname(p->q.dtype), *D,
@@ -824,7 +784,7 @@ static fa_status bwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_bwd *k, in
    FA_BWD_SM90_DQ_BOX_ROWS x FA_BWD_SM90_DQ_BOX_COLS with the 128-byte swizzle), encoded by
    the driver's cuTensorMapEncodeTiled. 0 when the driver has no encoder or the shape does
    not fit the map's limits (row coordinates are 32-bit): the kernel then adds dQ with
-   atomics. FA_CUDA_DQ=atomic forces that path (A/B runs). */
+   atomics. FA_CUDA_DQ=atomic forces that path (tests/cuda runs the backward under it). */
 static int dq_tensor_map(cuda_impl *im, CUtensorMap *m, float *dq_acc, int64_t rows, int dqk)
 {
     if (im->dq_atomic || !tmap_encoder(im) || rows > INT32_MAX || rows < 1) return 0;
@@ -904,11 +864,10 @@ static fa_status cuda_backward(fa_context *ctx, const fa_problem *p)
         }
 #if FA_SM90A
         if (path == BWD_SM90WS) {
-            const int dr = im->bws_drift;
             if (D == 64)
-                e = bf ? fa_bwd_ws_launch<__nv_bfloat16, 64>(k, lb, im->stream, maps, dq_map, dr) : fa_bwd_ws_launch<__half, 64>(k, lb, im->stream, maps, dq_map, dr);
+                e = bf ? fa_bwd_ws_launch<__nv_bfloat16, 64>(k, lb, im->stream, maps, dq_map) : fa_bwd_ws_launch<__half, 64>(k, lb, im->stream, maps, dq_map);
             else
-                e = bf ? fa_bwd_ws_launch<__nv_bfloat16, 128>(k, lb, im->stream, maps, dq_map, dr) : fa_bwd_ws_launch<__half, 128>(k, lb, im->stream, maps, dq_map, dr);
+                e = bf ? fa_bwd_ws_launch<__nv_bfloat16, 128>(k, lb, im->stream, maps, dq_map) : fa_bwd_ws_launch<__half, 128>(k, lb, im->stream, maps, dq_map);
             continue;
         }
         if (path == BWD_SM90) {

@@ -368,21 +368,19 @@ __global__ void __launch_bounds__(256, fa_fwd_sm90_minb(D)) fa_fwd_sm90_kernel(c
 }
 
 template <typename T, int D>
-cudaError_t fa_fwd_sm90_launch(const fa_cu_fwd &p, int64_t blocks, cudaStream_t st, int desc_variant)
+cudaError_t fa_fwd_sm90_launch(const fa_cu_fwd &p, int64_t blocks, cudaStream_t st)
 {
     typedef fa_f90_cfg<D> C;
     cudaError_t e = cudaFuncSetAttribute(fa_fwd_sm90_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
     if (e != cudaSuccess) return e;
     /* V is read N-major: one swizzle atom is 64 columns x 8 keys (1 KiB); the atoms of the
        next 64 columns are a tile's 64-column block further (BN x 128 bytes). */
-    uint32_t lbo = C::BN * 128, sbo = 1024;
-    if (desc_variant == 1) { lbo = 1024; sbo = C::BN * 128; }
-    fa_fwd_sm90_kernel<T, D><<<(unsigned)blocks, C::NT, C::SMEM, st>>>(p, lbo, sbo);
+    fa_fwd_sm90_kernel<T, D><<<(unsigned)blocks, C::NT, C::SMEM, st>>>(p, C::BN * 128, 1024);
     return cudaGetLastError();
 }
 
 #define FA_FWD_SM90_INSTANTIATE(D) \
-    template cudaError_t fa_fwd_sm90_launch<__half, D>(const fa_cu_fwd &, int64_t, cudaStream_t, int); \
-    template cudaError_t fa_fwd_sm90_launch<__nv_bfloat16, D>(const fa_cu_fwd &, int64_t, cudaStream_t, int);
+    template cudaError_t fa_fwd_sm90_launch<__half, D>(const fa_cu_fwd &, int64_t, cudaStream_t); \
+    template cudaError_t fa_fwd_sm90_launch<__nv_bfloat16, D>(const fa_cu_fwd &, int64_t, cudaStream_t);
 
 #endif /* FA_CUDA_FORWARD_SM90_CUH */

@@ -32,10 +32,8 @@ static constexpr inline int fa_fwd_fast_smem(int D) { return (fa_fwd_fast_bm(D) 
 
 /* forward_sm90_dNNN.cu (built for sm_90a only, FA_SM90A = 1): the Hopper forward
    (forward_sm90.cuh: wgmma for both products, 2 warpgroups, 128 query rows, BN keys per KV
-   tile, K/V double-buffered), same feature set as the fast kernel. desc_variant 0 is the
-   layout of V's descriptor the kernel was written for; 1 swaps its two byte offsets (a
-   diagnostic, FA_SM90_VDESC=1). */
-template <typename T, int D> cudaError_t fa_fwd_sm90_launch(const fa_cu_fwd &p, int64_t blocks, cudaStream_t st, int desc_variant);
+   tile, K/V double-buffered), same feature set as the fast kernel. */
+template <typename T, int D> cudaError_t fa_fwd_sm90_launch(const fa_cu_fwd &p, int64_t blocks, cudaStream_t st);
 static constexpr inline int fa_fwd_sm90_bn(int D) { return D >= 256 || D <= 64 ? 64 : 128; }
 /* blocks per SM the kernel is compiled for: d64 (tiles 128 x 64, ~100 registers) runs 2 */
 static constexpr inline int fa_fwd_sm90_minb(int D) { return D <= 64 ? 2 : 1; }
@@ -101,7 +99,7 @@ static constexpr inline int fa_bwd_sm90_smem(int D)
    classes 64 and 128, the lean feature set, dense and varlen layouts. maps: the CUtensorMaps
    of q, k, v and dout (boxes of 64 columns x 64 query rows or 128 key rows), dq_map as for
    fa_bwd_sm90_launch (NULL: per-element atomics). */
-template <typename T, int D> cudaError_t fa_bwd_ws_launch(const fa_cu_bwd &p, int64_t blocks, cudaStream_t st, const void *maps, const void *dq_map, int drift);
+template <typename T, int D> cudaError_t fa_bwd_ws_launch(const fa_cu_bwd &p, int64_t blocks, cudaStream_t st, const void *maps, const void *dq_map);
 #define FA_BWD_WS_NT 384
 #define FA_BWD_WS_BN 128
 static constexpr inline int fa_bwd_ws_stages(int D) { return D <= 64 ? 3 : 2; }
