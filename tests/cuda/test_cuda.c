@@ -658,7 +658,7 @@ static void run_status_checks(void)
             else
                 printf("SKIP cc 9.0 backward name check: this build has no sm_90a kernels (--with-cuda-arch without 90)\n");
         }
-        /* ... and the d64 forward's tile is the measured choice (cuda.cu, fwd_ws_tile): 192 x
+        /* ... and the d64 forward's tile is the measured choice (sm90/tiles.h, fa_fwd_ws_pick): 192 x
            128 on 3 consumer warpgroups without a mask from 512 queries, 128 x 128 under a
            causal mask up to 2048 keys, 128 x 192 after. Queries only: q's pointer with
            larger shapes is never read. */

@@ -1,4 +1,4 @@
-/* backward_sm90ws.cuh - the warp-specialized Hopper backward (sm_90a): Q, dO by TMA from a
+/* backward_ws.cuh - the warp-specialized Hopper backward (sm_90a): Q, dO by TMA from a
  * producer warp into a ring of stages, the five products on wgmma in two consumer
  * warpgroups, mbarriers and one named barrier per query tile instead of block barriers,
  * register reallocation. Head-dim classes 64 and 128, the lean feature set (masks, GQA,
@@ -14,7 +14,7 @@
  *     copied with zero fill). Each of the 32 lanes arrives on the stage's full barrier after
  *     its own copies; lane 0's arrival also announces the TMA bytes.
  *   - warpgroups 1 and 2 take registers (setmaxnreg.inc) and own keys 0-63 and 64-127 of the
- *     block; per query tile, with the products of backward_sm90.cuh:
+ *     block; per query tile, with the products of backward_parts.cuh:
  *       S^T = K_w Q^T and dP^T = V_w dO^T; P^T computed while dP^T is on the tensor cores;
  *       dS^T = P^T (dP^T - D), stored transposed into dS buffer it % 2; dV_w += P^T dO
  *       and dK_w += dS^T Q (A from registers), and the previous tile's dQ (both
@@ -52,11 +52,12 @@
  * dK (times scale) and dV are stored once at the end; deterministic=1 keeps one launch per
  * KV tile (each dQ element gets one add per launch), as the first Hopper backward.
  */
-#ifndef FA_CUDA_BACKWARD_SM90WS_CUH
-#define FA_CUDA_BACKWARD_SM90WS_CUH
+#ifndef FA_CUDA_SM90_BACKWARD_WS_CUH
+#define FA_CUDA_SM90_BACKWARD_WS_CUH
 
-#include "backward_sm90.cuh"
-#include "forward_sm90ws.cuh"
+#include "device/tiles.cuh"
+#include "sm90/backward_parts.cuh"
+#include "sm90/tiles.h"
 
 #define FA_BWS_PRODUCER_REGS 24
 #define FA_BWS_CONSUMER_REGS 240
@@ -109,7 +110,7 @@ __global__ void __launch_bounds__(384, 1)
     constexpr int CONSUMER_WARPS = 8;
 
     /* the block: as the first Hopper backward */
-    fa_bwd_blk blk;
+    fa_bwd_block blk;
     if (!fa_bwd_block_of<BN, BQ>(pb, blk)) return;
     const fa_dseq &s = blk.s;
     const int b = blk.b, hk = blk.hk, n0 = blk.n0, mt_lo = blk.mt_lo, nq = blk.nq, iters = blk.iters;
@@ -323,4 +324,4 @@ cudaError_t fa_bwd_ws_launch(const fa_cu_bwd &p, int64_t blocks, cudaStream_t st
     template cudaError_t fa_bwd_ws_launch<__half, D>(const fa_cu_bwd &, int64_t, cudaStream_t, const void *, const void *); \
     template cudaError_t fa_bwd_ws_launch<__nv_bfloat16, D>(const fa_cu_bwd &, int64_t, cudaStream_t, const void *, const void *);
 
-#endif /* FA_CUDA_BACKWARD_SM90WS_CUH */
+#endif /* FA_CUDA_SM90_BACKWARD_WS_CUH */

@@ -1,6 +1,6 @@
 /* forward_fast.cuh - the lean FlashAttention-2 forward for the common feature set: no bias,
- * no ALiBi, no softcap, no dropout, scale > 0 (cuda.cu dispatches the general kernel of
- * forward_sm80.cuh for everything else). Masks (causal, windows, sequence ends), sinks,
+ * no ALiBi, no softcap, no dropout, scale > 0 (plan_forward.cu dispatches the general kernel
+ * of forward.cuh for everything else). Masks (causal, windows, sequence ends), sinks,
  * GQA/MQA, varlen, the KV cache (contiguous and paged), split-KV and fp32 out are kept:
  * they cost a block-uniform branch per KV tile or live in the prologue/epilogue.
  *
@@ -21,14 +21,14 @@
  *   d64 128x64 (48 KiB smem), d128 128x64 (64 KiB), d256 64x64 (96 KiB, 2 per SM; also fits
  *   the 99 KiB of sm86/sm89).
  */
-#ifndef FA_CUDA_FORWARD_FAST_CUH
-#define FA_CUDA_FORWARD_FAST_CUH
+#ifndef FA_CUDA_SM80_FORWARD_FAST_CUH
+#define FA_CUDA_SM80_FORWARD_FAST_CUH
 
 #include <math.h>
 #include <limits.h>
-#include "common.cuh"
-#include "kernels.h"
-#include "forward_sm80.cuh"   /* fa_load_tile */
+#include "device/problem.cuh"
+#include "device/tiles.cuh"
+#include "sm80/tiles.h"
 
 template <int D> struct fa_ffast_cfg {
     static constexpr int BM = fa_fwd_fast_bm(D), BN = FA_FWD_FAST_BN, NW = 4, NT = NW * 32;
@@ -254,7 +254,7 @@ __global__ void __launch_bounds__(fa_ffast_cfg<D>::NT, fa_ffast_cfg<D>::MINB) fa
     }
     fa_cp_async_wait_all();
 
-    /* epilogue (as forward_sm80.cuh): quad row sums, sinks, normalisation, one write */
+    /* epilogue (as forward.cuh): quad row sums, sinks, normalisation, one write */
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
         float fac[2], lse[2];
@@ -284,4 +284,4 @@ cudaError_t fa_fwd_fast_launch(const fa_cu_fwd &p, int64_t blocks, cudaStream_t 
     template cudaError_t fa_fwd_fast_launch<__half, D>(const fa_cu_fwd &, int64_t, cudaStream_t); \
     template cudaError_t fa_fwd_fast_launch<__nv_bfloat16, D>(const fa_cu_fwd &, int64_t, cudaStream_t);
 
-#endif /* FA_CUDA_FORWARD_FAST_CUH */
+#endif /* FA_CUDA_SM80_FORWARD_FAST_CUH */
