@@ -173,7 +173,7 @@ static void cuda_describe(const fa_context *ctx, char *buf, size_t len)
                "fp16/bf16; fast kernel (no bias, ALiBi, softcap or dropout): FlashAttention-2 layout, "
                "4 warps x 32 query rows (d256: x 16), tiles 128 x 64 (d256: 64 x 64), Q fragments in "
                "registers for d64, K and V single-buffered with cp.async overlapping the two products; "
-               "general kernel (everything else%s): tiles 128 x 64, 8 warps x 16 query rows, K/V "
+               "general kernel (everything else): tiles 128 x 64, 8 warps x 16 query rows, K/V "
                "double-buffered%s\n",
                im->req_bq || im->req_bkv ? "; requested tiles ignored: the kernels are compiled for fixed tiles" : "");
     if (im->use_sm90)
@@ -181,25 +181,23 @@ static void cuda_describe(const fa_context *ctx, char *buf, size_t len)
                    "forward on this chip (compute capability 9.0): cuda/sm90 wgmma kernel for the fast "
                    "kernel's feature set: 2 warpgroups x 64 query rows, tiles 128 x 128 (d256: 128 x 64), "
                    "Q, K, V in 128-byte swizzled shared memory, K/V double-buffered with cp.async, "
-                   "S = Q K^T and O += P V on wgmma (P from registers)%s\n",
-                   "; since then warp-specialized for every layout but paged caches: a "
-                                "producer warp loads Q, K, V by TMA into a ring of 3/3/2 stages (d64/d128/d256; "
-                                "tiles 128 x 192/128/80, d64 with <= 2048 keys 128 x 128) with mbarriers, 2 "
-                                "consumer warpgroups (setmaxnreg 232 registers, producer 40; d64 without a causal "
-                                "mask or window from 512 queries: 3 consumer warpgroups on 192 x 128 tiles, 160 "
-                                "registers, producer 32, which take turns issuing their products on work tiles "
-                                "of 4096 keys or more), persistent grid of one block per SM, query tiles of a "
-                                "head in descending order");
+                   "S = Q K^T and O += P V on wgmma (P from registers); since then warp-specialized for "
+                   "every layout but paged caches: a producer warp loads Q, K, V by TMA into a ring of "
+                   "3/3/2 stages (d64/d128/d256; tiles 128 x 192/128/80, d64 with <= 2048 keys 128 x 128) "
+                   "with mbarriers, 2 consumer warpgroups (setmaxnreg 232 registers, producer 40; d64 "
+                   "without a causal mask or window from 512 queries: 3 consumer warpgroups on 192 x 128 "
+                   "tiles, 160 registers, producer 32, which take turns issuing their products on work "
+                   "tiles of 4096 keys or more), persistent grid of one block per SM, query tiles of a "
+                   "head in descending order\n");
     if (im->use_sm90)
         H->appendf(buf, len,
                    "backward on this chip: cuda/sm90 wgmma kernel for the lean set (no softcap, ALiBi, bias "
                    "or dropout): 2 warpgroups x 64 keys (d256: both on 64 keys, dK/dV columns split), query "
                    "tiles of 64 rows, the five products on wgmma, dQ added into an fp32 workspace by the "
-                   "tensor-map reduce%s\n",
-                   "; since then d64 and d128 warp-specialized (a producer warp loads "
-                                 "K, V once and Q, dO by TMA into a ring of 3/2 stages with mbarriers, 2 consumer "
-                                 "warpgroups with 240 registers, dS double-buffered, one named barrier per query "
-                                 "tile), the consumer warpgroups meeting by one-way barrier pairs, up to a tile apart)");
+                   "tensor-map reduce; since then d64 and d128 warp-specialized (a producer warp loads "
+                   "K, V once and Q, dO by TMA into a ring of 3/2 stages with mbarriers, 2 consumer "
+                   "warpgroups with 240 registers, dS double-buffered, the two consumer warpgroups "
+                   "meeting by one-way named-barrier pairs, up to a tile apart)\n");
     H->appendf(buf, len,
                "split-kv: when batch*heads*ceil(Sq/rows per tile) < %d SMs (decode), keys are split over up to "
                "%d blocks and merged by the combine kernel\n", im->sms, FA_CU_MAX_PARTS);
