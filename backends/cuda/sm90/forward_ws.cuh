@@ -71,13 +71,8 @@ __device__ __forceinline__ bool fa_ws_block(const fa_cu_fwd &p, fa_fwd_block &fb
     return fa_fwd_block_at<BM, BN>(p, fb, (int64_t)(t - mb) + (p.m_blocks - 1 - mb));
 }
 
-#ifndef FA_FWS_PINGPONG
-#define FA_FWS_PINGPONG 1    /* the consumers' ping-pong with three warpgroups (see below) */
-#endif
 #define FA_FWS_BAR_SCHED 1   /* + cw: named barriers of the ping-pong (0 is __syncthreads) */
-#ifndef FA_FWS_PP_MIN_KEYS
 #define FA_FWS_PP_MIN_KEYS 4096   /* a work tile's keys from which it takes turns */
-#endif
 
 template <typename T, int D, int BM_, int BN_>
 __global__ void __launch_bounds__(fa_fwd_ws_nt(BM_), 1)
@@ -214,7 +209,7 @@ __global__ void __launch_bounds__(fa_fwd_ws_nt(BM_), 1)
        warpgroup, so the counts still agree). Measured on the H200 (bf16 and fp16, 5
        rounds): d64 192 x 128 +1-4.5% from 4k keys, -2 to -4% at 512; with two warpgroups
        (d128, causal d64) 0-6% slower, so those tiles run without it. */
-    constexpr bool PP = FA_FWS_PINGPONG && C::NCW == 3;
+    constexpr bool PP = C::NCW == 3;   /* the ping-pong: three consumer warpgroups */
     bool pp = false;   /* this work tile takes turns */
     auto turn_wait = [&]() {
         if constexpr (PP)
