@@ -171,8 +171,8 @@ static void cuda_describe(const fa_context *ctx, char *buf, size_t len)
                "forward: cuda/sm80 kernels (mma.sync m16n8k16 + ldmatrix, fp32 accumulation, online "
                "softmax in registers), head-dim classes 64/128/256 (d_qk, d_v multiples of 8 up to 256), "
                "fp16/bf16; fast kernel (no bias, ALiBi, softcap or dropout): FlashAttention-2 layout, "
-               "4 warps x 32 query rows (d256: x 16), tiles 128 x 64 (d256: 64 x 64), Q fragments in "
-               "registers for d64, K and V single-buffered with cp.async overlapping the two products; "
+               "4 warps x 32 query rows (d256: x 16), tiles 128 x 64 (d256: 64 x 64), Q fragments "
+               "re-read by ldmatrix per KV tile, K and V single-buffered with cp.async overlapping the two products; "
                "general kernel (everything else): tiles 128 x 64, 8 warps x 16 query rows, K/V "
                "double-buffered%s\n",
                im->req_bq || im->req_bkv ? "; requested tiles ignored: the kernels are compiled for fixed tiles" : "");
