@@ -179,7 +179,11 @@ __global__ void __launch_bounds__(fa_bwd_cfg<D>::NT, fa_bwd_cfg<D>::MINB) fa_bwd
                 const int j = n0 + kg * 16 + lane / 4 + 8 * (e / 2), i = m0 + ic;
                 float tder;
                 const float x = fa_dev_score<!LEAN>(p, s, b, h, i, j, sacc[nt][e] * scale, slope, tder);
-                const bool vis = fa_dev_visible(p, s, i, j);
+                /* fa_dev_visible written out: through the helper, ptxas gives the d256 lean
+                   kernel 16 more bytes of stack and 36 more of spill stores (sm_90) */
+                const int pos = i + s.off;
+                const bool vis = j < s.sk && (p.window_left < 0 || j >= pos - p.window_left) &&
+                                 (p.window_right < 0 || j <= pos + p.window_right);
                 const float P = vis ? fa_exp2(x * FA_LOG2E - cL[ic]) : 0.f;
                 float z = 1.f;
                 if (!LEAN && p.dropout_p > 0.f) {
