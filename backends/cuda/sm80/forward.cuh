@@ -135,7 +135,12 @@ __global__ void __launch_bounds__(fa_fwd_cfg<D>::NT, fa_fwd_cfg<D>::MINB) fa_fwd
                 const int r = e / 2, j = n0 + nt * 8 + (lane % 4) * 2 + (e & 1), i = qi[r];
                 float td;
                 float x = fa_dev_score(p, s, b, h, i, j, sacc[nt][e] * scale, slope, td);
-                if (need_mask && !fa_dev_visible(p, s, i, j)) x = -INFINITY;
+                if (need_mask) {   /* fa_dev_visible written out (through it, ptxas emits other code) */
+                    const int pos = i + s.off;
+                    bool vis = j < s.sk && (p.window_left < 0 || j >= pos - p.window_left) &&
+                               (p.window_right < 0 || j <= pos + p.window_right);
+                    if (!vis) x = -INFINITY;
+                }
                 sacc[nt][e] = x * FA_LOG2E;
             }
         }

@@ -114,8 +114,11 @@ __device__ __forceinline__ void fa_b90_p(const fa_cu_fwd &p, const fa_dseq &s, f
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int c = nt * 8 + (lane % 4) * 2 + (e & 1);
-                const int j = n0 + krow + 8 * (e / 2);
-                sacc[nt * 4 + e] = fa_dev_visible(p, s, m0 + c, j) ? fa_exp2(fmaf(sacc[nt * 4 + e], sl2, -cL[c] * FA_LOG2E)) : 0.f;
+                /* fa_dev_visible written out (through it, ptxas emits other code) */
+                const int j = n0 + krow + 8 * (e / 2), pos = m0 + c + s.off;
+                const bool vis = j < s.sk && (p.window_left < 0 || j >= pos - p.window_left) &&
+                                 (p.window_right < 0 || j <= pos + p.window_right);
+                sacc[nt * 4 + e] = vis ? fa_exp2(fmaf(sacc[nt * 4 + e], sl2, -cL[c] * FA_LOG2E)) : 0.f;
             }
     }
 }
