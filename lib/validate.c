@@ -362,6 +362,10 @@ fa_status fa_build_kvcache(fa_context *ctx, const char *fn, fa_problem *p,
         TRY(chk_dim(ctx, fn, "k_cache", k_cache, 0, "q", q, 0));
         capacity = k_cache->shape[1];
     }
+    /* From the shapes alone, on every backend (device memory too): the new rows must fit. */
+    if (s_new > capacity)
+        BAD("%s: k_new.shape[1]=%lld (S_new) exceeds the cache capacity %lld", fn, (ll)s_new,
+            (ll)capacity);
     /* Contents of device arrays are checked by the backend (FA_DEBUG=1). On the host the
        longest sequence, not the capacity, bounds the keys (a paged cache's capacity may be
        far beyond anything stored, e.g. a stride-0 page of 2^62 rows). */
@@ -369,7 +373,7 @@ fa_status fa_build_kvcache(fa_context *ctx, const char *fn, fa_problem *p,
     for (int64_t b = 0; b < (ctx->ops->device_memory ? 0 : B); b++) {
         int64_t len = cache_seqlens[b];
         if (len < 0) BAD("%s: cache_seqlens[%lld]=%lld is negative", fn, (ll)b, (ll)len);
-        if (s_new > capacity || len > capacity - s_new)   /* len + s_new > capacity */
+        if (len > capacity - s_new)   /* len + s_new > capacity */
             BAD("%s: cache_seqlens[%lld]=%lld + S_new=%lld exceeds the cache capacity %lld",
                 fn, (ll)b, (ll)len, (ll)s_new, (ll)capacity);
         int64_t total = len + s_new;                        /* <= capacity: no overflow */

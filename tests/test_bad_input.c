@@ -264,6 +264,8 @@ static int mutate(int idx, fx *f, mem_t *m, const char **expect, const char **wh
     CASE(118, F_KV, "opt->dropout_p", "kvcache dropout_p = 1", f->opt.dropout_p = 1.0f)
     CASE(119, F_KV, "out", "kvcache out NULL", f->pout = NULL)
     CASE(120, F_KV, "k_new", "k_new heads mismatch", f->kn.shape[2] = 1; f->vn.shape[2] = 1)
+    CASE(121, F_KV, "k_new", "k_new longer than the cache (13 > 12)", f->kn.shape[1] = 13; f->vn.shape[1] = 13; f->m->cs[0] = 0; f->m->cs[1] = 0)
+    CASE(122, F_KV_PAGED, "k_new", "k_new longer than the paged cache (13 > 3*4)", f->kn.shape[1] = 13; f->vn.shape[1] = 13; f->m->cs[0] = 0; f->m->cs[1] = 0)
     /* ---- combine ---- */
     CASE(130, F_COMBINE, "n", "n = 0", f->n = 0)
     CASE(131, F_COMBINE, "n", "n = -3", f->n = -3)

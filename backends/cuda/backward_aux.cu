@@ -1,6 +1,6 @@
 /* backward_aux.cu - the backward's small memory-bound kernels around fa_bwd_kernel:
  *   pre:  D_i = rowsum(dO_i * O_i) (fp32), one warp per row (dq_acc is zeroed by the
- *         caller, cuda.cu, with cudaMemsetAsync over the whole workspace);
+ *         caller, plan_backward.cu, with cudaMemsetAsync over the whole workspace);
  *   post: dq = scale * dq_acc in dq's dtype, one warp per row;
  *   dsinks[h] = -sum_i exp(sink_h - lse_i) * D_i, one block per head, summed in a fixed
  *         order (bitwise reproducible). Rows past a sequence (varlen) are never touched.
@@ -11,7 +11,7 @@
  * memory bandwidth: a third of a 512-key backward.
  */
 #include <math.h>
-#include "common.cuh"
+#include "device/problem.cuh"
 #include "kernels.h"
 
 #define FA_AUX_ROWS 8   /* warps (rows) per block */

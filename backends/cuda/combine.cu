@@ -7,7 +7,7 @@
  */
 #include <cuda_runtime.h>
 #include <math.h>
-#include "common.cuh"
+#include "device/problem.cuh"
 #include "kernels.h"
 
 __global__ void fa_combine_kernel(const fa_cu_combine c)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""gen_wgmma.py - writes wgmma_ops.cuh: inline-PTX wrappers of the sm_90a warpgroup matrix
-instructions the Hopper forward uses (the operand lists are long and regular, so they are
-generated rather than typed). Run from backends/cuda: python3 gen_wgmma.py > wgmma_ops.cuh
+"""gen_wgmma.py - writes device/wgmma_ops.cuh: inline-PTX wrappers of the sm_90a warpgroup
+matrix instructions the Hopper kernels use (the operand lists are long and regular, so they
+are generated rather than typed; device/ptx.cuh, the one header of instruction wrappers,
+includes them). Run from backends/cuda: python3 gen_wgmma.py > device/wgmma_ops.cuh
 
   fa_wgmma_ss<N>(d, desc_a, desc_b, accumulate, T())   D[64xN] (+)= A(smem) B(smem)^T, both K-major
   fa_wgmma_rs<N>(d, a[4], desc_b, accumulate, T())     D[64xN] (+)= A(regs) B(smem), B N-major

@@ -1,7 +1,7 @@
 /* params.h - the flat structs the host fills from an fa_problem and passes by value to the
  * kernels. Strides are in elements; every tensor is [batch, seq, heads, dim] with dim
  * contiguous (problem.h). Index arrays are device pointers; the kernels clamp their
- * contents (API.md item 7).
+ * contents (device/problem.cuh).
  */
 #ifndef FA_CUDA_PARAMS_H
 #define FA_CUDA_PARAMS_H
@@ -52,6 +52,13 @@ typedef struct {
                                         (deterministic mode: one launch per tile, so each dQ
                                         element gets one atomic add per launch)            */
 } fa_cu_bwd;
+
+/* The backward kernels run their lean form (sm80: the LEAN instantiation; sm90: the only
+   one) when none of softcap, ALiBi, bias or dropout is on. */
+static inline bool fa_bwd_lean(const fa_cu_bwd &p)
+{
+    return !(p.f.softcap > 0.f) && !p.f.alibi && !p.f.bias && !(p.f.dropout_p > 0.f);
+}
 
 /* fa_combine and the split-KV merge: up to FA_CU_MAX_PARTS views, or n strided fp32
    parts at o_base + i*o_pstride (lse at lse_base + i*lse_pstride). */

@@ -172,29 +172,26 @@ static void run_status_checks(void)
     st = fa_query_backward(cu, &kn, &tq, &tq, &tq, NULL, &tq, &tq, &tq, &tq, &tq, lse, NULL);
     printf("query_backward: %s -> %s\n", fa_status_string(st), st == FA_OK ? kn : fa_last_error(cu));
     result("query_backward names a kernel", st == FA_OK && kn && strstr(kn, "cuda/"), "");
-    {   /* compute capability 9.0 with the sm_90a kernels built (unless FA_CUDA_BWD picks
-           another kernel): the d64 lean backward is the warp-specialized kernel, so the sweep
-           tests that kernel, not another */
-        const char *fb = getenv("FA_CUDA_BWD");
+    {   /* compute capability 9.0 with the sm_90a kernels built: the d64 lean backward is the
+           warp-specialized kernel, so the sweep tests that kernel, not another */
         int dev = 0, maj = 0, mnr = 0;
         cudaGetDevice(&dev);
         cudaDeviceGetAttribute(&maj, cudaDevAttrComputeCapabilityMajor, dev);
         cudaDeviceGetAttribute(&mnr, cudaDevAttrComputeCapabilityMinor, dev);
         const int hopper = strstr(fa_context_describe(cu), "backward on this chip: cuda/sm90") != NULL;
-        if ((!fb || !strcmp(fb, "drift") || !strcmp(fb, "lockstep")) && maj == 9 && mnr == 0) {
+        if (maj == 9 && mnr == 0) {
             if (hopper)
-                result("cc 9.0: query_backward names the warp-specialized backward (d64: drift unless lockstep)",
-                       st == FA_OK && kn && strstr(kn, "warp-specialized") && !strstr(kn, " drift") == (fb && !strcmp(fb, "lockstep")),
-                       "%s", st == FA_OK ? kn : "");
+                result("cc 9.0: query_backward names the warp-specialized backward (d64)",
+                       st == FA_OK && kn && strstr(kn, "warp-specialized"), "%s", st == FA_OK ? kn : "");
             else
                 printf("SKIP cc 9.0 backward name check: this build has no sm_90a kernels (--with-cuda-arch without 90)\n");
         }
-        /* ... and the d64 forward's tile is the measured choice (cuda.cu, fwd_ws_tile): 192 x
+        /* ... and the d64 forward's tile is the measured choice (sm90/tiles.h, fa_fwd_ws_pick): 192 x
            128 on 3 consumer warpgroups without a mask from 512 queries, 128 x 128 under a
            causal mask up to 2048 keys, 128 x 192 after. Queries only: q's pointer with
            larger shapes is never read. */
         const int ws = strstr(fa_context_describe(cu), "since then warp-specialized for every layout") != NULL;
-        if (!getenv("FA_CUDA_FWD") && !getenv("FA_CUDA_WS_BM") && !getenv("FA_CUDA_WS_BN") && maj == 9 && mnr == 0) {
+        if (maj == 9 && mnr == 0) {
             if (ws) {
                 static const struct { int S; fa_causal c; const char *tile, *what; } tc[] = {
                     { 512, FA_CAUSAL_NONE, "wgmma 192x128 ", "3 consumer" },
@@ -269,6 +266,66 @@ static void run_stream_switch(fa_dtype t, fa_causal causal)
     CK(cudaStreamDestroy(st[1]));
 }
 
+/* k_new / v_new longer than the cache (contiguous: S_new > the cache's rows; paged: S_new >
+   max_pages_per_seq * page_size): INVALID_ARG from the shapes alone, the caches and out
+   untouched. */
+static void run_kvcache_overlong(int page)
+{
+    char name[128];
+    snprintf(name, sizeof name, "kvcache k_new longer than the cache (page %d) -> INVALID_ARG, nothing written", page);
+    const int B = 2, H = 2, d = 64, cap = 16, snew = cap + 1;
+    const int maxp = page ? cap / page : 0, npages = page ? B * maxp : 0;
+    const size_t nc = page ? (size_t)npages * page * H * d : (size_t)B * cap * H * d, no = (size_t)B * H * d;
+    buf kc = mk(nc, FA_BF16, 1.0), vc = mk(nc, FA_BF16, 1.0), kn = mk((size_t)B * snew * H * d, FA_BF16, 1.0);
+    buf vn = mk((size_t)B * snew * H * d, FA_BF16, 1.0), q = mk(no, FA_BF16, 1.0), o = mk_poison(no, FA_BF16);
+    int32_t cs[2] = { 0, 0 }, bt[16], *dcs, *dbt = NULL;
+    for (int i = 0; i < B * maxp; i++) bt[i] = i;
+    CK(cudaMalloc((void **)&dcs, sizeof cs)); CK(cudaMemcpy(dcs, cs, sizeof cs, cudaMemcpyHostToDevice));
+    if (page) { CK(cudaMalloc((void **)&dbt, sizeof bt)); CK(cudaMemcpy(dbt, bt, sizeof bt, cudaMemcpyHostToDevice)); }
+    fa_tensor tkc = fa_tensor_contiguous(kc.d, FA_BF16, page ? npages : B, page ? page : cap, H, d);
+    fa_tensor tvc = fa_tensor_contiguous(vc.d, FA_BF16, page ? npages : B, page ? page : cap, H, d);
+    fa_tensor tkn = fa_tensor_contiguous(kn.d, FA_BF16, B, snew, H, d), tvn = fa_tensor_contiguous(vn.d, FA_BF16, B, snew, H, d);
+    fa_tensor tq = fa_tensor_contiguous(q.d, FA_BF16, B, 1, H, d), to = fa_tensor_contiguous(o.d, FA_BF16, B, 1, H, d);
+    fa_status st = fa_forward_kvcache(cu, &to, NULL, &tq, &tkc, &tvc, &tkn, &tvn, dcs, dbt, maxp, NULL);
+    const char *msg = fa_last_error(cu);
+    CK(cudaDeviceSynchronize());
+    const size_t cb = nc * 2;
+    unsigned char *k2 = malloc(cb), *v2 = malloc(cb), *o2 = malloc(no * 2);
+    CK(cudaMemcpy(k2, kc.d, cb, cudaMemcpyDeviceToHost)); CK(cudaMemcpy(v2, vc.d, cb, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(o2, o.d, no * 2, cudaMemcpyDeviceToHost));
+    int untouched = !memcmp(k2, kc.h, cb) && !memcmp(v2, vc.h, cb);
+    for (size_t i = 0; i < no * 2; i++) untouched = untouched && o2[i] == 0xff;
+    result(name, st == FA_ERR_INVALID_ARG && strstr(msg, "k_new") && untouched, "status %d: %s", (int)st, msg);
+    free(k2); free(v2); free(o2);
+    cudaFree(dcs); cudaFree(dbt);
+    fr(&kc); fr(&vc); fr(&kn); fr(&vn); fr(&q); fr(&o);
+}
+
+/* The Hopper backward's dQ by per-element atomics instead of the tensor-map reduce (the
+   path it takes when the driver cannot encode the map): a context created under the test
+   hook FA_CUDA_DQ=atomic runs the warp-specialized (d64, d128) and the first (d256) Hopper
+   backward that way. Other chips and builds: the hook changes nothing, the cases still run. */
+static void run_dq_atomic(void)
+{
+    fa_context *saved = cu, *c2 = NULL;
+    setenv("FA_CUDA_DQ", "atomic", 1);
+    fa_status st = fa_context_create(&c2, FA_BACKEND_CUDA);
+    unsetenv("FA_CUDA_DQ");
+    if (st != FA_OK) { result("FA_CUDA_DQ=atomic: context", 0, "%s", fa_last_error(NULL)); return; }
+    const char *desc = fa_context_describe(c2);
+    if (strstr(desc, "backward on this chip: cuda/sm90"))
+        result("FA_CUDA_DQ=atomic: describe names the atomic dQ", strstr(desc, "FA_CUDA_DQ=atomic") != NULL, "");
+    cu = c2;
+    for (int i = 0; i < 3; i++) {
+        const int d = 64 << i;
+        dcase b = { "dQ by atomics", i == 1 ? FA_F16 : FA_BF16, 1, 100, 150, 2, 1, d, d, FA_CAUSAL_BOTTOM_RIGHT,
+                    0, 0, 0, 0, 0, 0, i == 0, 0, 0, 0 };
+        run_backward(&b, i == 2);
+    }
+    cu = saved;
+    fa_context_destroy(c2);
+}
+
 /* The compute-sanitizer sweep: each kernel at least once, small grids (racecheck is slow). */
 static void run_san(void)
 {
@@ -317,6 +374,7 @@ static void run_san(void)
     run_backward(&fb59, 0);
     run_varlen(FA_F32, 4, 59, FA_CAUSAL_BOTTOM_RIGHT);
     run_kvcache(FA_F32, 2, 1, 1, 16, 64, FA_CAUSAL_BOTTOM_RIGHT, 4, 1);
+    run_dq_atomic();
 }
 
 /* fp32 q/k/v (the FMA kernels): the sweep again, with the head dims fp16/bf16 refuse (1, 59,
@@ -387,6 +445,8 @@ int main(int argc, char **argv)
     printf("%s\n", fa_context_describe(cu));
     printf("seed 0x%llx\n", (unsigned long long)rng);
     run_status_checks();
+    run_kvcache_overlong(0);
+    run_kvcache_overlong(4);
     if (san) {
         run_san();
         printf("%d passed, %d failed\n", passes, fails);
@@ -449,6 +509,7 @@ int main(int argc, char **argv)
         run_varlen_bwd(dts[ti], 9, 128, FA_CAUSAL_BOTTOM_RIGHT, ti);
         if (!quick) run_varlen_bwd(dts[ti], 9, 256, ti ? FA_CAUSAL_NONE : FA_CAUSAL_BOTTOM_RIGHT, 1 - ti);
     }
+    run_dq_atomic();
     sweep_f32();
     printf("%d passed, %d failed\n", passes, fails);
     fa_context_destroy(cu);

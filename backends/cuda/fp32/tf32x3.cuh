@@ -1,11 +1,11 @@
-/* tf32x3_fwd.cuh - the fp32 forward on the tensor cores: each fp32 operand x is split into
+/* tf32x3.cuh - the fp32 forward on the tensor cores: each fp32 operand x is split into
  * big = tf32(x) (rounded to nearest, 10 mantissa bits) and small = tf32(x - big), and every
  * product a b is taken as big_a big_b + big_a small_b + small_a big_b (three mma.sync
  * m16n8k8 tf32 with fp32 accumulation; the dropped small_a small_b is ~2^-22 of |a b|).
- * That keeps the fp32 rule of TESTING.md (1e-5 of max|out|) where plain tf32 would not.
+ * That keeps the tests' fp32 tolerance (1e-5 of max|out|) where plain tf32 would not.
  *
  * The split is three plain instructions (fa_tf32_split).
- * Layout (head-dim classes 64 and 128; 256 runs simt_f32.cuh): one block = 128 query rows
+ * Layout (head-dim classes 64 and 128; 256 runs simt.cuh): one block = 128 query rows
  * of one (sequence, head) and one KV split, 8 warps x 16 rows; KV tiles of 32 keys.
  * Shared memory holds Q [128][D+8], K [32][D+8] and V [32][D+4] as fp32 (pitches chosen
  * so that the fragment loads below fall in different banks); operands
@@ -17,12 +17,12 @@
  * k-step in the order 0 2 4 6 1 3 5 7: A column t is key 2t, column t+4 key 2t+1, so
  * a0 = c0, a1 = c2, a2 = c1, a3 = c3, and V's B fragment takes rows 2t and 2t+1.
  * The score pipeline, the online softmax (natural units, expf), dropout, sinks and the
- * epilogue are simt_f32.cuh's, per element.
+ * epilogue are fp32/common.cuh's and problem.cuh's, per element.
  */
-#ifndef FA_CUDA_TF32X3_FWD_CUH
-#define FA_CUDA_TF32X3_FWD_CUH
+#ifndef FA_CUDA_FP32_TF32X3_CUH
+#define FA_CUDA_FP32_TF32X3_CUH
 
-#include "simt_f32.cuh"
+#include "fp32/common.cuh"
 
 /* x = big + small: big = x rounded to tf32 (half an ulp added to the bits, the 13 low bits
    cleared: ties away from zero), small = x - big exactly (fp32). The tensor cores read tf32
@@ -36,13 +36,6 @@ __device__ __forceinline__ void fa_tf32_split(float x, uint32_t &big, uint32_t &
     small = __float_as_uint(x - __uint_as_float(big));
 }
 
-__device__ __forceinline__ void fa_mma_tf32(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 /* Asynchronous copy (cp.async) of rows [0, R) x columns [0, D) into a tile of pitch LD
    floats, by NT threads; rows >= nvalid and columns >= ncols are zero-filled. vec: 16-byte
    copies (rows 16-byte aligned and ncols a multiple of 4: fa_cu_fwd.f32_vec), else 4-byte
@@ -161,8 +154,8 @@ __global__ void __launch_bounds__(FA_TF32_NT, 2) fa_tf32_fwd_kernel(const fa_cu_
             for (int e = 0; e < 4; e++) {
                 const int i = qi[e / 2], j = n0 + nt * 8 + 2 * t + (e & 1);
                 float td;
-                float x = fa_f32_logit(p, s, b, h, i, j, sacc[nt][e], slope, &td);
-                if (need_mask && !fa_f32_visible(p, s, i, j)) x = -INFINITY;
+                float x = fa_dev_score(p, s, b, h, i, j, sacc[nt][e] * p.scale, slope, td);
+                if (need_mask && !fa_dev_visible(p, s, i, j)) x = -INFINITY;
                 sacc[nt][e] = x;
             }
         float alpha[2];
@@ -192,7 +185,7 @@ __global__ void __launch_bounds__(FA_TF32_NT, 2) fa_tf32_fwd_kernel(const fa_cu_
             oacc[i][0] *= alpha[0]; oacc[i][1] *= alpha[0];
             oacc[i][2] *= alpha[1]; oacc[i][3] *= alpha[1];
         }
-        if (p.dropout_p > 0.f) {   /* after the sum: l counts every key (API.md) */
+        if (p.dropout_p > 0.f) {   /* after the sum: l counts every key (as in every backend) */
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
@@ -227,7 +220,7 @@ __global__ void __launch_bounds__(FA_TF32_NT, 2) fa_tf32_fwd_kernel(const fa_cu_
     }
     fa_cp_async_wait_all();
 
-    /* epilogue (simt_f32.cuh's fa_f32_end_row): sinks, normalisation, one write of O and LSE */
+    /* epilogue (fp32/common.cuh's fa_f32_end_row): sinks, normalisation, one write of O and LSE */
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int i = qi[r];
@@ -253,4 +246,6 @@ cudaError_t fa_tf32_fwd_launch(const fa_cu_fwd &p, int64_t blocks, cudaStream_t 
     return cudaGetLastError();
 }
 
-#endif /* FA_CUDA_TF32X3_FWD_CUH */
+#define FA_TF32_FWD_INSTANTIATE(D) template cudaError_t fa_tf32_fwd_launch<D>(const fa_cu_fwd &, int64_t, cudaStream_t);
+
+#endif /* FA_CUDA_FP32_TF32X3_CUH */

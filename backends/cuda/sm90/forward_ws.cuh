@@ -1,4 +1,4 @@
-/* forward_sm90ws.cuh - the warp-specialized Hopper forward (sm_90a): K/V by TMA from a
+/* forward_ws.cuh - the warp-specialized Hopper forward (sm_90a): K/V by TMA from a
  * producer warp, wgmma in two or three consumer warpgroups, mbarriers instead of block
  * barriers, register reallocation, a persistent grid.
  *
@@ -35,15 +35,17 @@
  * The producer and the consumers walk the same work tiles and KV tiles in the same order,
  * so each keeps its own count of stage uses.
  * Served: the fast kernel's feature set for dense, varlen and contiguous KV-cache layouts
- * (paged caches stay on forward_sm90.cuh); the host falls back to that kernel when a tensor
+ * (paged caches stay on forward.cuh); the host falls back to that kernel when a tensor
  * map cannot be encoded.
  */
-#ifndef FA_CUDA_FORWARD_SM90WS_CUH
-#define FA_CUDA_FORWARD_SM90WS_CUH
+#ifndef FA_CUDA_SM90_FORWARD_WS_CUH
+#define FA_CUDA_SM90_FORWARD_WS_CUH
 
 #include <string.h>
 #include <cuda.h>
-#include "forward_sm90.cuh"
+#include "device/tiles.cuh"
+#include "sm90/forward_parts.cuh"
+#include "sm90/tiles.h"
 
 template <int D, int BM_, int BN_> struct fa_ws_cfg {
     /* BM / 64 consumer warpgroups; registers after setmaxnreg: 2 consumers 232 (producer 40:
@@ -61,46 +63,6 @@ template <int D, int BM_, int BN_> struct fa_ws_cfg {
     static_assert(SMEM == BAR + 8 * (4 * ST + 7) + 1024, "kernels.h and the kernel disagree on the shared memory");
 };
 
-/* ---- mbarrier and TMA ------------------------------------------------------------------ */
-__device__ __forceinline__ void fa_mbar_init(uint32_t bar, int count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-/* one arrival that also announces `bytes` of asynchronous writes to come */
-__device__ __forceinline__ void fa_mbar_expect_tx(uint32_t bar, uint32_t bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void fa_mbar_arrive(uint32_t bar)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-/* until the phase of parity `parity` has completed */
-__device__ __forceinline__ void fa_mbar_wait(uint32_t bar, uint32_t parity)
-{
-    asm volatile("{\n.reg .pred done;\n"
-                 "fa_mbar_wait_again:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-                 "@!done bra fa_mbar_wait_again;\n}\n" ::"r"(bar),
-                 "r"(parity)
-                 : "memory");
-}
-/* the box at coordinates (c0, c1, c2, c3) of the tensor `map` describes into shared memory
-   at dst; its bytes complete on barrier bar */
-__device__ __forceinline__ void fa_tma_load_4d(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1, int c2,
-                                               int c3)
-{
-    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
-                 "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
-                 : "memory");
-}
-/* named barriers: bar.sync waits until n threads (its own and those of bar.arrive) have
-   come to barrier id; bar.arrive counts its warp's threads and goes on */
-__device__ __forceinline__ void fa_named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
-__device__ __forceinline__ void fa_named_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
-template <int N> __device__ __forceinline__ void fa_setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
-template <int N> __device__ __forceinline__ void fa_setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
-
 /* Work tile t -> its block: m-block fastest, in descending order within a head. */
 template <int BM, int BN>
 __device__ __forceinline__ bool fa_ws_block(const fa_cu_fwd &p, fa_fwd_block &fb, int t)
@@ -109,13 +71,8 @@ __device__ __forceinline__ bool fa_ws_block(const fa_cu_fwd &p, fa_fwd_block &fb
     return fa_fwd_block_at<BM, BN>(p, fb, (int64_t)(t - mb) + (p.m_blocks - 1 - mb));
 }
 
-#ifndef FA_FWS_PINGPONG
-#define FA_FWS_PINGPONG 1    /* the consumers' ping-pong with three warpgroups (see below) */
-#endif
 #define FA_FWS_BAR_SCHED 1   /* + cw: named barriers of the ping-pong (0 is __syncthreads) */
-#ifndef FA_FWS_PP_MIN_KEYS
 #define FA_FWS_PP_MIN_KEYS 4096   /* a work tile's keys from which it takes turns */
-#endif
 
 template <typename T, int D, int BM_, int BN_>
 __global__ void __launch_bounds__(fa_fwd_ws_nt(BM_), 1)
@@ -251,9 +208,8 @@ __global__ void __launch_bounds__(fa_fwd_ws_nt(BM_), 1)
        only when it spans FA_FWS_PP_MIN_KEYS keys or more (the same choice in every
        warpgroup, so the counts still agree). Measured on the H200 (bf16 and fp16, 5
        rounds): d64 192 x 128 +1-4.5% from 4k keys, -2 to -4% at 512; with two warpgroups
-       (d128, causal d64) 0-6% slower, so those tiles run without it (bench/NOTES.md,
-       session 14). */
-    constexpr bool PP = FA_FWS_PINGPONG && C::NCW == 3;
+       (d128, causal d64) 0-6% slower, so those tiles run without it. */
+    constexpr bool PP = C::NCW == 3;   /* the ping-pong: three consumer warpgroups */
     bool pp = false;   /* this work tile takes turns */
     auto turn_wait = [&]() {
         if constexpr (PP)
@@ -367,9 +323,9 @@ static cudaError_t fa_fwd_ws_launch_tile(const fa_cu_fwd &p, int64_t tiles, int 
     return cudaGetLastError();
 }
 
-/* maps[3]: the tensor maps of q, k and v (CUtensorMap, made by the host: cuda.cu, with
+/* maps[3]: the tensor maps of q, k and v (CUtensorMap, made by the host: tmaps.cu, with
    boxes of bm Q rows and bn K/V rows); tickets: a device int that is 0 (each launch leaves
-   it 0 again); bm x bn: one of the tiles compiled for D (kernels.h: fa_fwd_ws_has), others
+   it 0 again); bm x bn: one of the tiles compiled for D (sm90/tiles.h: fa_fwd_ws_has), others
    cudaErrorInvalidValue. */
 template <typename T, int D>
 cudaError_t fa_fwd_ws_launch(const fa_cu_fwd &p, int64_t tiles, int grid, const void *maps, int *tickets, int bm, int bn,
@@ -389,4 +345,4 @@ cudaError_t fa_fwd_ws_launch(const fa_cu_fwd &p, int64_t tiles, int grid, const 
     template cudaError_t fa_fwd_ws_launch<__half, D>(const fa_cu_fwd &, int64_t, int, const void *, int *, int, int, cudaStream_t); \
     template cudaError_t fa_fwd_ws_launch<__nv_bfloat16, D>(const fa_cu_fwd &, int64_t, int, const void *, int *, int, int, cudaStream_t);
 
-#endif /* FA_CUDA_FORWARD_SM90WS_CUH */
+#endif /* FA_CUDA_SM90_FORWARD_WS_CUH */

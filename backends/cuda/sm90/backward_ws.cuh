@@ -1,4 +1,4 @@
-/* backward_sm90ws.cuh - the warp-specialized Hopper backward (sm_90a): Q, dO by TMA from a
+/* backward_ws.cuh - the warp-specialized Hopper backward (sm_90a): Q, dO by TMA from a
  * producer warp into a ring of stages, the five products on wgmma in two consumer
  * warpgroups, mbarriers and one named barrier per query tile instead of block barriers,
  * register reallocation. Head-dim classes 64 and 128, the lean feature set (masks, GQA,
@@ -14,17 +14,17 @@
  *     copied with zero fill). Each of the 32 lanes arrives on the stage's full barrier after
  *     its own copies; lane 0's arrival also announces the TMA bytes.
  *   - warpgroups 1 and 2 take registers (setmaxnreg.inc) and own keys 0-63 and 64-127 of the
- *     block; per query tile, with the products of backward_sm90.cuh:
+ *     block; per query tile, with the products of backward_parts.cuh:
  *       S^T = K_w Q^T and dP^T = V_w dO^T; P^T computed while dP^T is on the tensor cores;
  *       dS^T = P^T (dP^T - D), stored transposed into dS buffer it % 2; dV_w += P^T dO
  *       and dK_w += dS^T Q (A from registers), and the previous tile's dQ (both
  *       warpgroups' dS, K) issued behind them; the stage released (one arrival per warp)
  *       once dV and dK are complete; the previous tile's dQ handed to the
- *       tensor-map reduce through the staging boxes; a named barrier over the 256 consumer
- *       threads makes both halves of dS(it) visible.
+ *       tensor-map reduce through the staging boxes; named barriers between the two
+ *       warpgroups (below) make both halves of dS(it) visible.
  *     The lse and D rows of tile it+1 (zeros past the sequence) are loaded from global
  *     memory into a register while tile it's dV/dK/dQ products run and stored into buffer
- *     (it+1) % 2 before that barrier, which orders them before their reads and after the
+ *     (it+1) % 2 before the warpgroup's own barrier, which orders them before their reads and after the
  *     reads of tile it-1 (the same buffer). The producer stored them once, in the stage,
  *     ordered by the mbarriers alone; racecheck reported those stores against the
  *     consumers' reads, and the producer's global loads delayed its next TMA issue.
@@ -34,10 +34,9 @@
  *     no more accumulators are live at once than dK, dV and one of S^T/dP^T or dQ (the
  *     240 registers of a consumer hold no more: dQ issued next to S^T and dP^T spilled);
  *     the last tile's dQ is issued after the loop.
- *   The DRIFT form (the default) replaces the per-tile barrier over both
- *   warpgroups, which kept their softmax phases in step (the tensor cores idle through
- *   both at once), by one-way pairs of named barriers, so one warpgroup can run up to a
- *   tile ahead of the other:
+ *   The two consumer warpgroups are not kept in step by a per-tile barrier over both (that
+ *   would leave the tensor cores idle through both softmax phases at once) but meet by
+ *   one-way pairs of named barriers, so one warpgroup can run up to a tile ahead of the other:
  *     - after storing its half of dS(it), warpgroup w arrives on DS(w, it % 2); the other
  *       syncs on it before issuing dQ(it) (in its tile it+1, or after the loop);
  *     - after its dQ(it-1) has completed, w arrives on DQ(w, (it-1) % 2) if a tile it+1
@@ -45,20 +44,20 @@
  *     - each warpgroup keeps its own lse/D copy, ordered by a barrier of its own.
  *   Every arrival has exactly one matching sync, and a warpgroup cannot arrive twice on
  *   one barrier before the other has synced (the second arrival needs the other's next
- *   barrier). On the H200 it runs 1.04-1.14x the per-tile form at d64 and 1.05-1.18x at
- *   d128 (once its d128 spills in the loop were gone), so it is the default at both
- *   (FA_CUDA_BWD=lockstep turns it off).
+ *   barrier). On the H200 this runs 1.04-1.14x a per-tile barrier at d64 and 1.05-1.18x at
+ *   d128.
  * Stage barriers flip phase at each use: query tile it (the tile's index, not the stage's
  * use count) waits for parity (it / ST) & 1 on stage it % ST;
  * the producer and the consumers walk the same tiles in the same order.
  * dK (times scale) and dV are stored once at the end; deterministic=1 keeps one launch per
  * KV tile (each dQ element gets one add per launch), as the first Hopper backward.
  */
-#ifndef FA_CUDA_BACKWARD_SM90WS_CUH
-#define FA_CUDA_BACKWARD_SM90WS_CUH
+#ifndef FA_CUDA_SM90_BACKWARD_WS_CUH
+#define FA_CUDA_SM90_BACKWARD_WS_CUH
 
-#include "backward_sm90.cuh"
-#include "forward_sm90ws.cuh"
+#include "device/tiles.cuh"
+#include "sm90/backward_parts.cuh"
+#include "sm90/tiles.h"
 
 #define FA_BWS_PRODUCER_REGS 24
 #define FA_BWS_CONSUMER_REGS 240
@@ -84,12 +83,12 @@ template <int D> struct fa_bws_cfg {
 
 template <bool B> struct fa_bool { static constexpr bool value = B; };
 
-/* Named barriers of the DRIFT form (0: __syncthreads, 1: the consumers' first sync). */
+/* Named barriers (0: __syncthreads, 1: the consumers' first sync). */
 #define FA_BWS_BAR_DS 2      /* + 2 w + parity: warpgroup w's half of dS(it) is stored     */
 #define FA_BWS_BAR_DQ 6      /* + 2 w + parity: warpgroup w's dQ(it) no longer reads dS    */
 #define FA_BWS_BAR_LOCAL 10  /* + w: warpgroup w's own lse/D copy for the next tile        */
 
-template <typename T, int D, bool DRIFT>
+template <typename T, int D>
 __global__ void __launch_bounds__(384, 1)
     fa_bwd_ws_kernel(const fa_cu_bwd pb, const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                      const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
@@ -111,7 +110,7 @@ __global__ void __launch_bounds__(384, 1)
     constexpr int CONSUMER_WARPS = 8;
 
     /* the block: as the first Hopper backward */
-    fa_bwd_blk blk;
+    fa_bwd_block blk;
     if (!fa_bwd_block_of<BN, BQ>(pb, blk)) return;
     const fa_dseq &s = blk.s;
     const int b = blk.b, hk = blk.hk, n0 = blk.n0, mt_lo = blk.mt_lo, nq = blk.nq, iters = blk.iters;
@@ -198,13 +197,13 @@ __global__ void __launch_bounds__(384, 1)
     /* the lse (consumer threads 0..BQ-1) or D (BQ..2 BQ-1) row of query tile it; zero past
        the sequence (such rows have zero Q and dO rows, so P = 1, dP = 0, dS = 0: they add
        nothing). Both warpgroups load, the first stores (no branch around the loads). */
-    /* DRIFT: each warpgroup loads and stores its own copy (its threads 0..2 BQ-1 of 128 hold
-       one row each: 2 BQ = 128) and orders it with a barrier of its own */
+    /* each warpgroup loads and stores its own copy (its threads 0..2 BQ-1 of 128 hold one row
+       each: 2 BQ = 128) and orders it with a barrier of its own */
     const int lt = (int)(threadIdx.x - 128) % (2 * BQ), lr = lt % BQ;
     /* (threadIdx.x >> 8 is cw for the consumers; written from cw, the offset cost the d128
-       DRIFT form 252 bytes of spills, 16 LDL.64 of them at the top of its loop; written
-       this way, 52 bytes and 2 LDL in the loop, as the lockstep form) */
-    const int lcopy = DRIFT ? (int)(threadIdx.x >> 8) * 2 * BQ : 0;
+       kernel 252 bytes of spills, 16 LDL.64 of them at the top of its loop; written this
+       way, 52 bytes and 2 LDL in the loop) */
+    const int lcopy = (int)(threadIdx.x >> 8) * 2 * BQ;
     auto lsed_load = [&](int it) -> float {
         const int h = hk * G + it / nq, i = (mt_lo + it % nq) * BQ + lr;
         if (it >= iters || i >= s.sq) return 0.f;
@@ -212,7 +211,7 @@ __global__ void __launch_bounds__(384, 1)
         return lt < BQ ? p.lse[li] : pb.dsum[li];
     };
     auto lsed_store = [&](int it, float x) {
-        if (DRIFT || cw == 0) (lt < BQ ? sL : sDs)[lcopy + (it & 1) * BQ + lr] = x;
+        (lt < BQ ? sL : sDs)[lcopy + (it & 1) * BQ + lr] = x;
     };
     const int ow = 1 - cw;   /* the other consumer warpgroup */
     if (iters > 0) {
@@ -246,17 +245,17 @@ __global__ void __launch_bounds__(384, 1)
             /* dS [query][key] into buffer it % 2 (K-major for dQ = dS K); stored before dK's
                wgmma takes ga as its A operand (PTX leaves reading those registers while the
                wgmma runs undefined) */
-            /* DRIFT: buffer it % 2 last held dS(it-2); the other warpgroup's dQ(it-2) must be
-               done reading it (its own is: program order) */
-            if (DRIFT && it >= 2) fa_named_sync(FA_BWS_BAR_DQ + 2 * ow + (it & 1), 256);
+            /* buffer it % 2 last held dS(it-2); the other warpgroup's dQ(it-2) must be done
+               reading it (its own is: program order) */
+            if (it >= 2) fa_named_sync(FA_BWS_BAR_DQ + 2 * ow + (it & 1), 256);
             fa_b90_store_ds<BQ>(dsaddr + (it & 1) * C::SB + st_off, ga);
             fa_fence_proxy_async();
-            if constexpr (DRIFT) fa_named_arrive(FA_BWS_BAR_DS + 2 * cw + (it & 1), 256);
+            fa_named_arrive(FA_BWS_BAR_DS + 2 * cw + (it & 1), 256);
             fa_b90_issue_dkdv<T, D, BQ>(dka, dva, pa, ga, qaddr, doaddr, 0);
-            /* dQ of the previous tile: both halves of its dS are in buffer (it - 1) % 2 (DRIFT:
-               the other warpgroup's half is announced by its barrier) */
+            /* dQ of the previous tile: both halves of its dS are in buffer (it - 1) % 2 (the
+               other warpgroup's half is announced by its barrier) */
             float qacc[DH / 2];
-            if constexpr (DRIFT && !FIRST) fa_named_sync(FA_BWS_BAR_DS + 2 * ow + ((it - 1) & 1), 256);
+            if constexpr (!FIRST) fa_named_sync(FA_BWS_BAR_DS + 2 * ow + ((it - 1) & 1), 256);
             if constexpr (!FIRST) fa_b90_issue_dq<T, DH, BN, BQ>(qacc, dsaddr + ((it - 1) & 1) * C::SB, kaddr, cw * DH);
             /* tile it+1's lse/D row, loaded while the tensor cores work and stored before the
                barrier; loaded after this tile's last lse/D reads (issued at the tile's start,
@@ -277,23 +276,22 @@ __global__ void __launch_bounds__(384, 1)
                 fa_wgmma_wait<0>();
 #pragma unroll
                 for (int i = 0; i < DH / 2; i++) fa_reg_fence(qacc[i]);
-                /* DRIFT: dQ(it-1) has read buffer (it - 1) % 2; the other warpgroup waits for
+                /* dQ(it-1) has read buffer (it - 1) % 2; the other warpgroup waits for
                    this before storing dS(it+1) there (only if there is a tile it+1: every
                    arrival is matched by a sync) */
-                if (DRIFT && it + 1 < iters) fa_named_arrive(FA_BWS_BAR_DQ + 2 * cw + ((it - 1) & 1), 256);
+                if (it + 1 < iters) fa_named_arrive(FA_BWS_BAR_DQ + 2 * cw + ((it - 1) & 1), 256);
                 const int itp = it - 1;
                 fa_b90_dq_out<DH, C::XB>(pb, s, b, hk * G + itp / nq, (mt_lo + itp % nq) * BQ, cw * DH, qacc, sdq, &dq_map, dq_tma);
             }
             lsed_store(it + 1, lsed_next);
-            if constexpr (DRIFT) fa_named_sync(FA_BWS_BAR_LOCAL + cw, 128);   /* this warpgroup's lse/D(it+1) */
-            else fa_named_sync(1, 256);   /* both halves of dS(it), tile it+1's lse and D in shared memory */
+            fa_named_sync(FA_BWS_BAR_LOCAL + cw, 128);   /* this warpgroup's lse/D(it+1) */
         };
         tile(fa_bool<true>(), 0);
         for (int it = 1; it < iters; it++) tile(fa_bool<false>(), it);
         /* the last tile's dQ */
         const int itl = iters - 1, h_prev = hk * G + itl / nq, m0_prev = (mt_lo + itl % nq) * BQ;
         float qacc[DH / 2];
-        if constexpr (DRIFT) fa_named_sync(FA_BWS_BAR_DS + 2 * ow + ((iters - 1) & 1), 256);
+        fa_named_sync(FA_BWS_BAR_DS + 2 * ow + ((iters - 1) & 1), 256);
         fa_b90_issue_dq<T, DH, BN, BQ>(qacc, dsaddr + ((iters - 1) & 1) * C::SB, kaddr, cw * DH);
         fa_wgmma_wait<0>();
 #pragma unroll
@@ -306,13 +304,12 @@ __global__ void __launch_bounds__(384, 1)
 #endif
 }
 
-/* maps: the CUtensorMaps of q, k, v and dout (cuda.cu); dq_map: as for fa_bwd_sm90_launch;
-   drift: the DRIFT form. */
+/* maps: the CUtensorMaps of q, k, v and dout (tmaps.cu); dq_map: as for fa_bwd_sm90_launch. */
 template <typename T, int D>
-cudaError_t fa_bwd_ws_launch(const fa_cu_bwd &p, int64_t blocks, cudaStream_t st, const void *maps, const void *dq_map, int drift)
+cudaError_t fa_bwd_ws_launch(const fa_cu_bwd &p, int64_t blocks, cudaStream_t st, const void *maps, const void *dq_map)
 {
     typedef fa_bws_cfg<D> C;
-    auto kern = drift ? fa_bwd_ws_kernel<T, D, true> : fa_bwd_ws_kernel<T, D, false>;
+    auto kern = fa_bwd_ws_kernel<T, D>;
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
     if (e != cudaSuccess) return e;
     CUtensorMap m[4], dqm;
@@ -324,7 +321,7 @@ cudaError_t fa_bwd_ws_launch(const fa_cu_bwd &p, int64_t blocks, cudaStream_t st
 }
 
 #define FA_BWD_WS_INSTANTIATE(D) \
-    template cudaError_t fa_bwd_ws_launch<__half, D>(const fa_cu_bwd &, int64_t, cudaStream_t, const void *, const void *, int); \
-    template cudaError_t fa_bwd_ws_launch<__nv_bfloat16, D>(const fa_cu_bwd &, int64_t, cudaStream_t, const void *, const void *, int);
+    template cudaError_t fa_bwd_ws_launch<__half, D>(const fa_cu_bwd &, int64_t, cudaStream_t, const void *, const void *); \
+    template cudaError_t fa_bwd_ws_launch<__nv_bfloat16, D>(const fa_cu_bwd &, int64_t, cudaStream_t, const void *, const void *);
 
-#endif /* FA_CUDA_BACKWARD_SM90WS_CUH */
+#endif /* FA_CUDA_SM90_BACKWARD_WS_CUH */

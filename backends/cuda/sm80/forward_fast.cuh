@@ -1,6 +1,6 @@
 /* forward_fast.cuh - the lean FlashAttention-2 forward for the common feature set: no bias,
- * no ALiBi, no softcap, no dropout, scale > 0 (cuda.cu dispatches the general kernel of
- * forward_sm80.cuh for everything else). Masks (causal, windows, sequence ends), sinks,
+ * no ALiBi, no softcap, no dropout, scale > 0 (plan_forward.cu dispatches the general kernel
+ * of forward.cuh for everything else). Masks (causal, windows, sequence ends), sinks,
  * GQA/MQA, varlen, the KV cache (contiguous and paged), split-KV and fp32 out are kept:
  * they cost a block-uniform branch per KV tile or live in the prologue/epilogue.
  *
@@ -10,8 +10,9 @@
  *     per mma of 16 rows per warp);
  *   - single K and V buffers, overlapped the FA2 way: V[n] is copied (cp.async) while
  *     S = Q K[n]^T is computed, K[n+1] while the softmax and O += P V run;
- *   - Q fragments re-read with ldmatrix per KV tile, as FA2 does by default (QREG below keeps
- *     them in registers instead; off: with the uncut loops it spills, see the config);
+ *   - Q fragments re-read with ldmatrix per KV tile, as FA2 does by default (kept in
+ *     registers, they spill with the uncut loops: d64 255 registers and 104 B of spills,
+ *     d128/d256 KBs);
  *   - the k-loops run to the class dim D with no run-time cut at d_qk/d_v (zero-filled
  *     columns): one basic block per product, so ptxas overlaps LDSM and HMMA (+20-25%);
  *   - S, P and O in registers; P goes to the PV mma as A fragments (no shared memory);
@@ -21,21 +22,18 @@
  *   d64 128x64 (48 KiB smem), d128 128x64 (64 KiB), d256 64x64 (96 KiB, 2 per SM; also fits
  *   the 99 KiB of sm86/sm89).
  */
-#ifndef FA_CUDA_FORWARD_FAST_CUH
-#define FA_CUDA_FORWARD_FAST_CUH
+#ifndef FA_CUDA_SM80_FORWARD_FAST_CUH
+#define FA_CUDA_SM80_FORWARD_FAST_CUH
 
 #include <math.h>
 #include <limits.h>
-#include "common.cuh"
-#include "kernels.h"
-#include "forward_sm80.cuh"   /* fa_load_tile */
+#include "device/problem.cuh"
+#include "device/tiles.cuh"
+#include "sm80/tiles.h"
 
 template <int D> struct fa_ffast_cfg {
     static constexpr int BM = fa_fwd_fast_bm(D), BN = FA_FWD_FAST_BN, NW = 4, NT = NW * 32;
     static constexpr int MT = BM / (16 * NW);            /* 16-row m-tiles per warp */
-    /* Q fragments kept in registers: off everywhere (d64 with them: 255 registers and 104 B
-       of spills once the k-loops are not cut; without: 252, none; d128/d256 spill KBs). */
-    static constexpr int QREG = 0;
     /* d256 cuts the QK^T k-loop at d_qk (a run-time break per k-step): without the cut,
        ptxas hoists K fragments until it spills (192 B); with it, no spills. */
     static constexpr int BRK_QK = D >= 256;
@@ -127,18 +125,6 @@ __global__ void __launch_bounds__(fa_ffast_cfg<D>::NT, fa_ffast_cfg<D>::MINB) fa
        schedule across (LDSM -> HMMA latency exposed at every step). */
     const int kq = (p.dqk + 15) / 16;
 
-    uint32_t qf[C::QREG ? MT : 1][C::QREG ? D / 16 : 1][4];
-    if (C::QREG) {
-        fa_cp_async_wait_all();
-        __syncthreads();
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int kk = 0; kk < D / 16; kk++)
-                if (C::QREG) fa_ldmatrix_x4(qf[C::QREG ? mt : 0][C::QREG ? kk : 0],
-                                            sQ + fa_swz<D>(wrow + mt * 16 + lane % 16, kk * 2 + lane / 16));
-    }
-
     for (int nb = nb_lo; nb < nb_hi; nb++) {
         fa_cp_async_wait_all();
         __syncthreads();                 /* K[nb] landed; every warp is done with V[nb-1] */
@@ -155,14 +141,8 @@ __global__ void __launch_bounds__(fa_ffast_cfg<D>::NT, fa_ffast_cfg<D>::MINB) fa
             if (C::BRK_QK && kk >= kq) break;
             uint32_t a[MT][4];
 #pragma unroll
-            for (int mt = 0; mt < MT; mt++) {
-                if (C::QREG) {
-#pragma unroll
-                    for (int e = 0; e < 4; e++) a[mt][e] = qf[C::QREG ? mt : 0][C::QREG ? kk : 0][e];
-                } else {
-                    fa_ldmatrix_x4(a[mt], sQ + fa_swz<D>(wrow + mt * 16 + lane % 16, kk * 2 + lane / 16));
-                }
-            }
+            for (int mt = 0; mt < MT; mt++)
+                fa_ldmatrix_x4(a[mt], sQ + fa_swz<D>(wrow + mt * 16 + lane % 16, kk * 2 + lane / 16));
 #pragma unroll
             for (int np = 0; np < BN / 16; np++) {
                 uint32_t bb[4];
@@ -254,7 +234,7 @@ __global__ void __launch_bounds__(fa_ffast_cfg<D>::NT, fa_ffast_cfg<D>::MINB) fa
     }
     fa_cp_async_wait_all();
 
-    /* epilogue (as forward_sm80.cuh): quad row sums, sinks, normalisation, one write */
+    /* epilogue (as forward.cuh): quad row sums, sinks, normalisation, one write */
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
         float fac[2], lse[2];
@@ -284,4 +264,4 @@ cudaError_t fa_fwd_fast_launch(const fa_cu_fwd &p, int64_t blocks, cudaStream_t 
     template cudaError_t fa_fwd_fast_launch<__half, D>(const fa_cu_fwd &, int64_t, cudaStream_t); \
     template cudaError_t fa_fwd_fast_launch<__nv_bfloat16, D>(const fa_cu_fwd &, int64_t, cudaStream_t);
 
-#endif /* FA_CUDA_FORWARD_FAST_CUH */
+#endif /* FA_CUDA_SM80_FORWARD_FAST_CUH */

@@ -1,4 +1,4 @@
-/* backward_sm80.cuh - the FlashAttention-2 style backward kernel (sm80 instructions, runs
+/* backward.cuh - the FlashAttention-2 style backward kernel (sm80 instructions, runs
  * on sm80..sm90): dK, dV and (atomically) dQ.
  *
  * One thread block = BN = 64 keys of one (sequence, KV head). It loads K_j, V_j once and
@@ -18,14 +18,14 @@
  * the columns of dK/dV (each recomputes S and dP for its keys: 1.4x the product work of
  * the minimum, but 128 accumulator registers per thread instead of 256).
  */
-#ifndef FA_CUDA_BACKWARD_SM80_CUH
-#define FA_CUDA_BACKWARD_SM80_CUH
+#ifndef FA_CUDA_SM80_BACKWARD_CUH
+#define FA_CUDA_SM80_BACKWARD_CUH
 
 #include <math.h>
-#include "common.cuh"
+#include "device/problem.cuh"
+#include "device/tiles.cuh"
 #include "philox.h"
-#include "kernels.h"
-#include "forward_sm80.cuh"   /* fa_load_tile */
+#include "sm80/tiles.h"
 
 template <int D> struct fa_bwd_cfg {
     static constexpr int BN = 64, BQ = 64;
@@ -177,16 +177,10 @@ __global__ void __launch_bounds__(fa_bwd_cfg<D>::NT, fa_bwd_cfg<D>::MINB) fa_bwd
             for (int e = 0; e < 4; e++) {
                 const int ic = nt * 8 + (lane % 4) * 2 + (e & 1);
                 const int j = n0 + kg * 16 + lane / 4 + 8 * (e / 2), i = m0 + ic;
-                float x = sacc[nt][e] * scale, tder = 1.f;
-                if (!LEAN && p.softcap > 0.f) {
-                    const float t = tanhf(x / p.softcap);
-                    x = p.softcap * t;
-                    tder = 1.f - t * t;
-                }
-                if (!LEAN && p.alibi) x -= slope * fabsf((float)(i + s.off - j));
-                if (!LEAN && p.bias && i < s.sq && j < s.sk)
-                    x += fa_ld_any(p.bias, p.bias_dtype,
-                                   (int64_t)b * p.bias_sb + (int64_t)i * p.bias_ss + (int64_t)h * p.bias_sh + j);
+                float tder;
+                const float x = fa_dev_score<!LEAN>(p, s, b, h, i, j, sacc[nt][e] * scale, slope, tder);
+                /* fa_dev_visible written out: through the helper, ptxas gives the d256 lean
+                   kernel 16 more bytes of stack and 36 more of spill stores (sm_90) */
                 const int pos = i + s.off;
                 const bool vis = j < s.sk && (p.window_left < 0 || j >= pos - p.window_left) &&
                                  (p.window_right < 0 || j <= pos + p.window_right);
@@ -328,4 +322,4 @@ cudaError_t fa_bwd_launch(const fa_cu_bwd &p, int64_t blocks, cudaStream_t st)
     template cudaError_t fa_bwd_launch<__half, D>(const fa_cu_bwd &, int64_t, cudaStream_t); \
     template cudaError_t fa_bwd_launch<__nv_bfloat16, D>(const fa_cu_bwd &, int64_t, cudaStream_t);
 
-#endif /* FA_CUDA_BACKWARD_SM80_CUH */
+#endif /* FA_CUDA_SM80_BACKWARD_CUH */

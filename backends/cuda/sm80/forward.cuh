@@ -1,4 +1,4 @@
-/* forward_sm80.cuh - the FlashAttention-2 style forward kernel (sm80 instructions, runs
+/* forward.cuh - the FlashAttention-2 style general forward kernel (sm80 instructions, runs
  * on sm80..sm90).
  *
  * One thread block = BM query rows of one (sequence, query head) and one KV split.
@@ -15,13 +15,14 @@
  * D is the head-dim class (64, 128, 256): d_qk and d_v are any multiples of 8 up to D;
  * the columns past them are zero-filled in shared memory and never stored.
  */
-#ifndef FA_CUDA_FORWARD_SM80_CUH
-#define FA_CUDA_FORWARD_SM80_CUH
+#ifndef FA_CUDA_SM80_FORWARD_CUH
+#define FA_CUDA_SM80_FORWARD_CUH
 
 #include <math.h>
-#include "common.cuh"
+#include "device/problem.cuh"
+#include "device/tiles.cuh"
 #include "philox.h"
-#include "kernels.h"
+#include "sm80/tiles.h"
 
 template <int D> struct fa_fwd_cfg {
     static constexpr int BM = 128, BN = 64, NW = BM / 16, NT = NW * 32;
@@ -30,42 +31,6 @@ template <int D> struct fa_fwd_cfg {
        per SM); d128/d256 keep the accumulators of 16 rows x D in registers and run 1. */
     static constexpr int MINB = D <= 64 ? 2 : 1;
 };
-
-/* Copy rows [r0, r0 + R) x cols [0, D) of a row-major tile into swizzled shared memory;
-   rows >= nvalid and columns >= ncols are zero-filled. rowptr(r) gives the global row. */
-template <int D, int R, int NT, typename T, typename RowFn>
-__device__ __forceinline__ void fa_load_tile(T *dst, int nvalid, int ncols, RowFn rowptr)
-{
-    constexpr int CPR = D / 8;                      /* 16-byte chunks per row */
-#pragma unroll
-    for (int it = 0; it < R * CPR / NT; it++) {
-        int c = threadIdx.x + it * NT;
-        int r = c / CPR, ch = c % CPR;
-        bool ok = r < nvalid && ch * 8 < ncols;
-        const T *src = ok ? rowptr(r) + ch * 8 : rowptr(0);
-        fa_cp_async16(dst + fa_swz<D>(r, ch), src, ok ? 16 : 0);
-    }
-}
-
-/* A whole tile of R rows (rows at src_row0 + r * row_stride, columns >= ncols zero-filled):
-   thread t always copies chunk t % (D/8) of rows t / (D/8) + i * RSTEP, so its source is one
-   pointer stepped by RSTEP rows (one 64-bit add per 16-byte copy instead of the general
-   loader's per-row index and address arithmetic). */
-template <int D, int R, int NT, typename T>
-__device__ __forceinline__ void fa_load_full(T *dst, const T *src_row0, int64_t row_stride, int ncols)
-{
-    constexpr int CPR = D / 8, RSTEP = NT / CPR, IT = R * CPR / NT;
-    static_assert(NT % CPR == 0, "each thread keeps one chunk column");
-    const int ch = threadIdx.x % CPR, r0 = threadIdx.x / CPR;
-    const bool ok = ch * 8 < ncols;
-    const T *src = src_row0 + (int64_t)r0 * row_stride + ch * 8;
-    const int64_t step = (int64_t)RSTEP * row_stride;
-#pragma unroll
-    for (int it = 0; it < IT; it++) {
-        fa_cp_async16(dst + fa_swz<D>(r0 + it * RSTEP, ch), ok ? src : src_row0, ok ? 16 : 0);
-        src += step;
-    }
-}
 
 template <typename T, int D>
 __global__ void __launch_bounds__(fa_fwd_cfg<D>::NT, fa_fwd_cfg<D>::MINB) fa_fwd_kernel(const fa_cu_fwd p)
@@ -168,13 +133,9 @@ __global__ void __launch_bounds__(fa_fwd_cfg<D>::NT, fa_fwd_cfg<D>::MINB) fa_fwd
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int r = e / 2, j = n0 + nt * 8 + (lane % 4) * 2 + (e & 1), i = qi[r];
-                float x = sacc[nt][e] * scale;
-                if (p.softcap > 0.f) x = p.softcap * tanhf(x / p.softcap);
-                if (p.alibi) x -= slope * fabsf((float)(i + s.off - j));
-                if (p.bias && i < s.sq && j < s.sk)
-                    x += fa_ld_any(p.bias, p.bias_dtype,
-                                   (int64_t)b * p.bias_sb + (int64_t)i * p.bias_ss + (int64_t)h * p.bias_sh + j);
-                if (need_mask) {
+                float td;
+                float x = fa_dev_score(p, s, b, h, i, j, sacc[nt][e] * scale, slope, td);
+                if (need_mask) {   /* fa_dev_visible written out (through it, ptxas emits other code) */
                     const int pos = i + s.off;
                     bool vis = j < s.sk && (p.window_left < 0 || j >= pos - p.window_left) &&
                                (p.window_right < 0 || j <= pos + p.window_right);
@@ -254,7 +215,7 @@ __global__ void __launch_bounds__(fa_fwd_cfg<D>::NT, fa_fwd_cfg<D>::MINB) fa_fwd
     fa_store_rows<T, D>(p, s, b, h, split, &oacc[0][0], fac, lse, qi[0]);
 }
 
-/* Launch one instantiation (defined once per head-dim class in forward_sm80_dNNN.cu). */
+/* Launch one instantiation (instantiated per head-dim class by the stubs gen-stubs.sh writes). */
 template <typename T, int D>
 cudaError_t fa_fwd_launch(const fa_cu_fwd &p, int64_t blocks, cudaStream_t st)
 {
@@ -271,4 +232,4 @@ cudaError_t fa_fwd_launch(const fa_cu_fwd &p, int64_t blocks, cudaStream_t st)
     template cudaError_t fa_fwd_launch<__half, D>(const fa_cu_fwd &, int64_t, cudaStream_t); \
     template cudaError_t fa_fwd_launch<__nv_bfloat16, D>(const fa_cu_fwd &, int64_t, cudaStream_t);
 
-#endif /* FA_CUDA_FORWARD_SM80_CUH */
+#endif /* FA_CUDA_SM80_FORWARD_CUH */

@@ -1,29 +1,26 @@
-/* common.cuh - device helpers of the CUDA backend: the sm80 tensor-core instructions
- * (ldmatrix, mma.sync m16n8k16, cp.async), dtype conversions and the per-sequence view.
+/* problem.cuh - lib/problem.h on the device, shared by every kernel: dtype conversions,
+ * the per-sequence view (fa_problem_seq), key rows (fa_krow), lse rows (fa_lse_index), the
+ * score pipeline (fa_softcap, fa_alibi, bias) and the mask (fa_visible), the end of a
+ * softmax row (sinks, lse) and its one write, and which (sequence, head, rows or keys) a
+ * block works on.
  *
- * Every helper here is a thin wrapper of one PTX instruction or one line of problem.h
- * rewritten for the device (problem.h reads index arrays through host pointers; here the
- * same arrays are device memory and their contents are clamped so that bad contents can
- * never move an access outside the tensors, API.md item 7).
+ * problem.h reads index arrays through host pointers; here the same arrays are device
+ * memory, and their contents are clamped so that bad contents can never move an access
+ * outside the tensors (the API leaves their checking to FA_DEBUG=1, but out-of-range
+ * contents must never become out-of-bounds accesses).
  */
-#ifndef FA_CUDA_COMMON_CUH
-#define FA_CUDA_COMMON_CUH
+#ifndef FA_CUDA_PROBLEM_CUH
+#define FA_CUDA_PROBLEM_CUH
 
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
+#include <math.h>
 #include "params.h"
+#include "device/ptx.cuh"
 
 #define FA_LOG2E 1.4426950408889634f
 #define FA_LN2   0.6931471805599453f
-
-/* 2^x with the SFU instruction (ex2.approx.ftz: 2^-inf = 0, NaN stays NaN). */
-__device__ __forceinline__ float fa_exp2(float x)
-{
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
 
 /* ---- storage types ------------------------------------------------------------------ */
 template <typename T> struct fa_vec2;
@@ -55,65 +52,6 @@ __device__ __forceinline__ void fa_st_any(void *base, int dtype, int64_t idx, fl
     else if (dtype == FA_CU_BF16)
         reinterpret_cast<__nv_bfloat16 *>(base)[idx] = __float2bfloat16_rn(x);
     else reinterpret_cast<float *>(base)[idx] = x;
-}
-
-/* ---- sm80 instructions ---------------------------------------------------------------- */
-__device__ __forceinline__ uint32_t fa_smem_u32(const void *p)
-{
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-/* 16-byte global -> shared copy; src_bytes = 0 zero-fills without reading. */
-__device__ __forceinline__ void fa_cp_async16(void *dst, const void *src, int src_bytes)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(fa_smem_u32(dst)),
-                 "l"(src), "r"(src_bytes));
-}
-/* 4 bytes, through L1 (cp.async's .ca form: sizes below 16); src_bytes 0 zero-fills */
-__device__ __forceinline__ void fa_cp_async4(void *dst, const void *src, int src_bytes)
-{
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(fa_smem_u32(dst)), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void fa_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void fa_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
-
-__device__ __forceinline__ void fa_ldmatrix_x4(uint32_t r[4], const void *p)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(fa_smem_u32(p)));
-}
-__device__ __forceinline__ void fa_ldmatrix_x4_trans(uint32_t r[4], const void *p)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(fa_smem_u32(p)));
-}
-
-/* D += A(16x16, row) * B(16x8, col), fp32 accumulators. */
-__device__ __forceinline__ void fa_mma(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1,
-                                       __half)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ void fa_mma(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1,
-                                       __nv_bfloat16)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-/* Shared-memory tile of rows of D elements, 16-byte chunks XOR-swizzled by (row & 7) so
-   that the 8 rows one ldmatrix phase reads fall in 8 different bank groups. */
-template <int D>
-__device__ __forceinline__ int fa_swz(int row, int chunk)
-{
-    return row * D + ((chunk ^ (row & 7)) << 3);
 }
 
 /* ---- the sequence view (problem.h's fa_problem_seq, on the device) -------------------- */
@@ -163,6 +101,35 @@ __device__ __forceinline__ int64_t fa_dev_krow(const fa_cu_fwd &p, const fa_dseq
 __device__ __forceinline__ int64_t fa_lse_row(const fa_cu_fwd &p, const fa_dseq &s, int b, int h, int i)
 {
     return p.layout == FA_CU_VARLEN ? (int64_t)h * p.total_q + s.q0 + i : ((int64_t)b * p.hq + h) * p.sq + i;
+}
+
+/* ---- the score pipeline and the mask ----------------------------------------------------- */
+/* problem.h's score pipeline after the scaled product x = scale q.k of query row i and key
+   j (within the sequence) of head h: softcap (fa_softcap), ALiBi (fa_alibi; slope =
+   alibi[h]), bias (fa_bias_index); tder = d softcap(x) / dx (1 without softcap), for the
+   backward. FEATURES = false (the lean instantiations): none of the three, x as it is. */
+template <bool FEATURES = true>
+__device__ __forceinline__ float fa_dev_score(const fa_cu_fwd &p, const fa_dseq &s, int b, int h, int i, int j, float x,
+                                              float slope, float &tder)
+{
+    tder = 1.f;
+    if (!FEATURES) return x;
+    if (p.softcap > 0.f) {
+        const float t = tanhf(x / p.softcap);
+        x = p.softcap * t;
+        tder = 1.f - t * t;
+    }
+    if (p.alibi) x -= slope * fabsf((float)(i + s.off - j));
+    if (p.bias && i < s.sq && j < s.sk)
+        x += fa_ld_any(p.bias, p.bias_dtype, (int64_t)b * p.bias_sb + (int64_t)i * p.bias_ss + (int64_t)h * p.bias_sh + j);
+    return x;
+}
+
+/* Is key j visible to query row i (problem.h's fa_visible, and j before the sequence end)? */
+__device__ __forceinline__ bool fa_dev_visible(const fa_cu_fwd &p, const fa_dseq &s, int i, int j)
+{
+    const int pos = i + s.off;
+    return j < s.sk && (p.window_left < 0 || j >= pos - p.window_left) && (p.window_right < 0 || j <= pos + p.window_right);
 }
 
 /* ---- the end of a row -------------------------------------------------------------------- */
@@ -291,32 +258,31 @@ __device__ __forceinline__ bool fa_fwd_block_of(const fa_cu_fwd &p, fa_fwd_block
     return fa_fwd_block_at<BM, BN>(p, k, blockIdx.x);
 }
 
-/* A backward block: block index -> (b, KV head, KV tile of BN keys) (pb.kv_tile >= 0: that
-   tile, one launch per tile); n0 = its first key; [mt_lo, mt_lo + nq) = the query tiles
-   of BQ rows that can see any of its keys (row windows grow with the row), for each head
-   of the group: iters = nq * group. false: the tile starts past the sequence. */
+/* A backward block: BN keys (first key n0, KV tile nb) of KV head hk of sequence b, and the
+   query tiles of BQ rows that can see them, mt_lo .. mt_lo + nq - 1 of each of the group's
+   G query heads (iters = nq G tiles, head-major). Grid: one block per (b, hk, nb), nb
+   fastest, or (deterministic) one launch per KV tile pb.kv_tile over (b, hk). false: the
+   tile starts past the sequence (the block has nothing to do). */
 struct fa_bwd_block {
     fa_dseq s;
-    int b, hk, n0, mt_lo, nq, iters;
+    int b, hk, nb, n0, mt_lo, nq, iters;
 };
 template <int BN, int BQ>
 __device__ __forceinline__ bool fa_bwd_block_of(const fa_cu_bwd &pb, fa_bwd_block &k)
 {
     const fa_cu_fwd &p = pb.f;
     int64_t bid = blockIdx.x;
-    int nb;
-    if (pb.kv_tile >= 0) nb = pb.kv_tile;
-    else { nb = (int)(bid % pb.n_blocks); bid /= pb.n_blocks; }
+    if (pb.kv_tile >= 0) k.nb = pb.kv_tile;
+    else { k.nb = (int)(bid % pb.n_blocks); bid /= pb.n_blocks; }
     k.hk = (int)(bid % p.hkv);
     k.b = (int)(bid / p.hkv);
     k.s = fa_dev_seq(p, k.b);
-    k.n0 = nb * BN;
+    k.n0 = k.nb * BN;
     if (k.n0 >= k.s.sk) return false;
-    const fa_dseq &s = k.s;
-    const int nlast = min(k.n0 + BN, s.sk) - 1;
-    int ilo = 0, ihi = s.sq;
-    if (p.window_right >= 0) ilo = max(0, k.n0 - s.off - p.window_right);
-    if (p.window_left >= 0) ihi = min(s.sq, nlast - s.off + p.window_left + 1);
+    const int nlast = min(k.n0 + BN, k.s.sk) - 1;
+    int ilo = 0, ihi = k.s.sq;
+    if (p.window_right >= 0) ilo = max(0, k.n0 - k.s.off - p.window_right);
+    if (p.window_left >= 0) ihi = min(k.s.sq, nlast - k.s.off + p.window_left + 1);
     k.mt_lo = ilo / BQ;
     const int mt_hi = ihi > ilo ? (ihi + BQ - 1) / BQ : k.mt_lo;
     k.nq = mt_hi - k.mt_lo;
@@ -324,4 +290,4 @@ __device__ __forceinline__ bool fa_bwd_block_of(const fa_cu_bwd &pb, fa_bwd_bloc
     return true;
 }
 
-#endif /* FA_CUDA_COMMON_CUH */
+#endif /* FA_CUDA_PROBLEM_CUH */

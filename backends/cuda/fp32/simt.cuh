@@ -1,11 +1,11 @@
-/* simt_f32.cuh - fp32 q/k/v computed with fp32 FMA on the CUDA cores, forward and
+/* simt.cuh - fp32 q/k/v computed with fp32 FMA on the CUDA cores, forward and
  * backward, every feature of the sm80 kernels: the fp32 backward, the forward of head-dim
- * class 256, and (FA_CUDA_F32=simt) any fp32 forward. The forward of classes 64 and 128
- * runs on the tensor cores (tf32x3_fwd.cuh) and shares this file's per-element helpers.
+ * class 256, and the forward of classes 64 and 128 where tf32x3.cuh's shared memory does not fit. The forward of classes 64 and 128
+ * runs on the tensor cores (tf32x3.cuh); both share fp32/common.cuh.
  *
  * Plain tf32 on the tensor cores keeps 10 mantissa bits of q and k, so a logit of 20 would
- * carry an error of ~0.01 and out ~1% - far outside TESTING.md's fp32 rule (1e-5 of
- * max|out|); tf32x3_fwd.cuh splits each operand in two to stay inside it.
+ * carry an error of ~0.01 and out ~1% - far outside the fp32 tolerance of the tests (1e-5
+ * of max|out|); tf32x3.cuh splits each operand in two to stay inside it.
  *
  * The arithmetic follows the naive fp32 formulas: logits in natural units, P = exp(x - m)
  * (expf, not the SFU's exp2 of a rounded x log2 e), lse = m + log(l), the backward's
@@ -28,131 +28,11 @@
  * ty*RQ.. (RQ = BQ/16) with atomics into the fp32 workspace (one add per element and
  * launch: deterministic=1 runs one launch per KV tile, as the sm80 kernel does).
  */
-#ifndef FA_CUDA_SIMT_F32_CUH
-#define FA_CUDA_SIMT_F32_CUH
+#ifndef FA_CUDA_FP32_SIMT_CUH
+#define FA_CUDA_FP32_SIMT_CUH
 
 #include <math.h>
-#include "common.cuh"
-#include "philox.h"
-#include "kernels.h"
-
-/* Rows [0, R) x columns [0, D) of a tile with row pitch LD floats, from global rows
-   rowptr(r), by NT threads; rows >= nvalid and columns >= ncols are zero. */
-template <int R, int D, int LD, int NT = FA_F32_NT, typename RowFn>
-__device__ __forceinline__ void fa_f32_load(float *dst, int nvalid, int ncols, RowFn rowptr)
-{
-    constexpr int C4 = D / 4;
-    for (int idx = threadIdx.x; idx < R * C4; idx += NT) {
-        const int r = idx / C4, c = (idx % C4) * 4;
-        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (r < nvalid && c < ncols) {
-            const float *src = rowptr(r) + c;
-            v.x = src[0];
-            if (c + 1 < ncols) v.y = src[1];
-            if (c + 2 < ncols) v.z = src[2];
-            if (c + 3 < ncols) v.w = src[3];
-        }
-        *reinterpret_cast<float4 *>(dst + r * LD + c) = v;
-    }
-}
-
-__device__ __forceinline__ float fa_f32_dot4(float acc, const float4 a, const float4 b)
-{
-    acc = fmaf(a.x, b.x, acc);
-    acc = fmaf(a.y, b.y, acc);
-    acc = fmaf(a.z, b.z, acc);
-    return fmaf(a.w, b.w, acc);
-}
-__device__ __forceinline__ void fa_f32_axpy4(float4 &acc, float a, const float4 b)
-{
-    acc.x = fmaf(a, b.x, acc.x);
-    acc.y = fmaf(a, b.y, acc.y);
-    acc.z = fmaf(a, b.z, acc.z);
-    acc.w = fmaf(a, b.w, acc.w);
-}
-
-/* The score pipeline of problem.h for query row i and key j of head h (scale, softcap,
-   ALiBi, bias), natural units; *tder = d x / d (scale s) (1 without softcap). */
-__device__ __forceinline__ float fa_f32_logit(const fa_cu_fwd &p, const fa_dseq &s, int b, int h, int i, int j,
-                                              float sc, float slope, float *tder)
-{
-    float x = sc * p.scale;
-    *tder = 1.f;
-    if (p.softcap > 0.f) {
-        const float t = tanhf(x / p.softcap);
-        x = p.softcap * t;
-        *tder = 1.f - t * t;
-    }
-    if (p.alibi) x -= slope * fabsf((float)(i + s.off - j));
-    if (p.bias && i < s.sq && j < s.sk)
-        x += fa_ld_any(p.bias, p.bias_dtype, (int64_t)b * p.bias_sb + (int64_t)i * p.bias_ss + (int64_t)h * p.bias_sh + j);
-    return x;
-}
-
-/* Is key j visible from query row i (sequence end, causal/window band)? */
-__device__ __forceinline__ bool fa_f32_visible(const fa_cu_fwd &p, const fa_dseq &s, int i, int j)
-{
-    const int pos = i + s.off;
-    return j < s.sk && (p.window_left < 0 || j >= pos - p.window_left) && (p.window_right < 0 || j <= pos + p.window_right);
-}
-
-/* Dropout factor of (b, h, i, j): 0 where philox.h's keep-mask drops it, else keep_scale. */
-__device__ __forceinline__ float fa_f32_keep(const fa_cu_fwd &p, const fa_dseq &s, int b, int h, int i, int j)
-{
-    fa_dropout_key dk;
-    dk.k0 = p.drop_k0; dk.k1 = p.drop_k1; dk.threshold = p.drop_threshold;
-    uint32_t w[4];
-    fa_dropout_words(&dk, b, h, (int64_t)i + s.drop_i0, j & ~3, w);
-    const uint32_t wj = (j & 2) ? ((j & 1) ? w[3] : w[2]) : ((j & 1) ? w[1] : w[0]);   /* no local array */
-    return wj < dk.threshold ? 0.f : p.keep_scale;
-}
-
-/* The end of query row i of the fp32 forwards: the row's sum l and max m (natural units)
-   become fac (what the accumulator is multiplied by: 1/l with the sink, 0 for a fully
-   masked row, NaN where the row met a NaN, times the dropout scale) and lse; op/odt/orow
-   address the output row and li its lse (the split's fp32 part under split-KV). */
-struct fa_f32_row_end {
-    float *op;
-    int64_t orow, li;
-    int odt;
-    float fac, lse;
-};
-__device__ __forceinline__ fa_f32_row_end fa_f32_end_row(const fa_cu_fwd &p, const fa_dseq &s, int b, int h, int split,
-                                                         int i, float l, float m)
-{
-    fa_f32_row_end e;
-    if (p.sinks && p.n_splits == 1) {
-        const float sk = p.sinks[h], M = fmaxf(m, sk);
-        const float em = m == -INFINITY ? 0.f : expf(m - M);
-        l = l * em + expf(sk - M);
-        e.fac = em / l;
-        e.lse = M + logf(l);
-    } else if (m == -INFINITY || l == 0.f) {
-        e.fac = 0.f;
-        e.lse = -INFINITY;
-    } else {
-        e.fac = 1.f / l;
-        e.lse = m + logf(l);
-    }
-    if (m != m || l != l) { e.fac = __int_as_float(0x7fc00000); e.lse = e.fac; }
-    e.fac *= p.keep_scale;
-    if (p.n_splits > 1) {
-        const int64_t rows = (int64_t)p.batch * p.hq * p.sq, row = ((int64_t)b * p.hq + h) * p.sq + i;
-        e.op = p.o_part; e.odt = FA_CU_F32;
-        e.orow = ((int64_t)split * rows + row) * p.dv;
-        e.li = (int64_t)split * rows + row;
-    } else {
-        e.op = reinterpret_cast<float *>(p.out); e.odt = p.out_dtype;
-        e.orow = s.tb * p.o_sb + (s.q0 + i) * p.o_ss + (int64_t)h * p.o_sh;
-        e.li = fa_lse_row(p, s, b, h, i);
-    }
-    return e;
-}
-__device__ __forceinline__ void fa_f32_store_lse(const fa_cu_fwd &p, const fa_f32_row_end &e)
-{
-    if (p.n_splits > 1) p.lse_part[e.li] = e.lse;
-    else if (p.lse) p.lse[e.li] = e.lse;
-}
+#include "fp32/common.cuh"
 
 /* ---- forward ------------------------------------------------------------------------ */
 template <int D>
@@ -220,8 +100,8 @@ __global__ void __launch_bounds__(FA_F32_NT) fa_f32_fwd_kernel(const fa_cu_fwd p
             for (int jj = 0; jj < 2; jj++) {
                 const int j = n0 + tx + 16 * jj;
                 float td;
-                float x = fa_f32_logit(p, s, b, h, qi, j, sc[i][jj], slope, &td);
-                if (need_mask && !fa_f32_visible(p, s, qi, j)) x = -INFINITY;
+                float x = fa_dev_score(p, s, b, h, qi, j, sc[i][jj] * p.scale, slope, td);
+                if (need_mask && !fa_dev_visible(p, s, qi, j)) x = -INFINITY;
                 sc[i][jj] = x;
             }
             /* online softmax over the half-warp that holds the row */
@@ -242,7 +122,7 @@ __global__ void __launch_bounds__(FA_F32_NT) fa_f32_fwd_kernel(const fa_cu_fwd p
                 oacc[i][c].x *= alpha; oacc[i][c].y *= alpha; oacc[i][c].z *= alpha; oacc[i][c].w *= alpha;
             }
             sc[i][0] = p0; sc[i][1] = p1;
-            if (p.dropout_p > 0.f) {   /* after the sum: l counts every key (API.md) */
+            if (p.dropout_p > 0.f) {   /* after the sum: l counts every key (as in every backend) */
 #pragma unroll
                 for (int jj = 0; jj < 2; jj++)
                     if (fa_f32_keep(p, s, b, h, qi, n0 + tx + 16 * jj) == 0.f) sc[i][jj] = 0.f;
@@ -383,8 +263,8 @@ __global__ void __launch_bounds__(FA_F32_NT) fa_f32_bwd_kernel(const fa_cu_bwd p
             for (int r = 0; r < RQ; r++) {
                 const int kl = 2 * ty + jj, rl = tx + 16 * r, j = n0 + kl, i = m0 + rl;
                 float td;
-                const float x = fa_f32_logit(p, s, b, h, i, j, sc[jj][r], slope, &td);
-                const float P = fa_f32_visible(p, s, i, j) ? expf(x - sL[rl]) : 0.f;
+                const float x = fa_dev_score(p, s, b, h, i, j, sc[jj][r] * p.scale, slope, td);
+                const float P = fa_dev_visible(p, s, i, j) ? expf(x - sL[rl]) : 0.f;
                 const float z = p.dropout_p > 0.f ? fa_f32_keep(p, s, b, h, i, j) : 1.f;
                 sPz[kl * PL + rl] = P * z;
                 sdS[kl * PL + rl] = P * (dp[jj][r] * z - sDs[rl]) * td;
@@ -484,4 +364,7 @@ cudaError_t fa_f32_bwd_launch(const fa_cu_bwd &p, int64_t blocks, cudaStream_t s
     return cudaGetLastError();
 }
 
-#endif /* FA_CUDA_SIMT_F32_CUH */
+#define FA_F32_FWD_INSTANTIATE(D) template cudaError_t fa_f32_fwd_launch<D>(const fa_cu_fwd &, int64_t, cudaStream_t);
+#define FA_F32_BWD_INSTANTIATE(D) template cudaError_t fa_f32_bwd_launch<D>(const fa_cu_bwd &, int64_t, cudaStream_t);
+
+#endif /* FA_CUDA_FP32_SIMT_CUH */

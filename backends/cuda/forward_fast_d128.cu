@@ -1,3 +1,0 @@
-/* forward_fast_d128.cu - the lean FA2 forward kernel of head-dim class 128, fp16 and bf16. */
-#include "forward_fast.cuh"
-FA_FWD_FAST_INSTANTIATE(128)
