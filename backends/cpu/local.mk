@@ -5,6 +5,7 @@ libflashattn_la_SOURCES += \
 	backends/cpu/cpu.c backends/cpu/state.h backends/cpu/threads.c backends/cpu/threads.h \
 	backends/cpu/tiles.c backends/cpu/tiles.h backends/cpu/forward.c backends/cpu/forward.h \
 	backends/cpu/forward_task.c backends/cpu/forward_task.h \
+	backends/cpu/decode.c backends/cpu/decode.h \
 	backends/cpu/backward.c backends/cpu/backward.h backends/cpu/backward_qside.c \
 	backends/cpu/backward_qside.h backends/cpu/backward_task.c backends/cpu/backward_task.h \
 	backends/cpu/scratch.h \

@@ -1,0 +1,334 @@
+/* decode.c - the CPU decode path: fa_forward_kvcache with at most 16 new tokens per
+ * sequence against a long cache. The work is reading K and V once; this path keeps the
+ * cores busy on that and reads each K/V row once per pass:
+ *
+ *   task = (sequence b, KV head hk, key split s)     [OpenMP, dynamic]
+ *     rows = the group's query heads x the new tokens (H/Hkv * Sq <= 128), packed into
+ *            one Q^T block, so each K/V row serves every query head of its group
+ *     for each block of DEC_BK keys of the split some row sees (page by page through
+ *     the block table, fa_krow):
+ *       K rows -> fp32 [BK][ldk]  (cvt_in; rows DEC_PF ahead prefetched, K and V)
+ *       S^T = K Q^T               gemm_rowA
+ *       score pipeline, mask      scores.h (softcap, ALiBi; causal, windows)
+ *       online softmax            softmax_fwd
+ *       V rows -> fp32, O = alpha O + P V   gemm_colA_scaled
+ *     partial (O, m, l) per split; merged in split order (fa_combine's math)
+ *
+ * The scratch of a task stays in L1/L2 (a key block, not the sequence). The splits
+ * depend on the shapes only (batch, KV heads, the longest cache), and a split's keys on
+ * its sequence's length only, so the result is bitwise the same for any thread count.
+ */
+#include "config.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "decode.h"
+#include "scores.h"
+#include "scratch.h"
+#include "state.h"
+#include "threads.h"
+#include "vecops.h"
+
+#define DEC_MAX_SQ 16      /* new tokens per sequence served */
+#define DEC_MAX_ROWS 128   /* query rows per KV head (group x new tokens) */
+#define DEC_BK 64          /* keys per block */
+#define DEC_PF 16          /* rows prefetched ahead */
+#define DEC_TASKS 64       /* tasks aimed for: (batch x KV heads) x splits */
+#define DEC_MIN_KEYS 512   /* keys per split at least */
+#define DEC_MAX_SPLITS 64
+
+int fa_cpu_decode_why(const fa_problem *p)
+{
+    if (p->layout != FA_LAYOUT_KVCACHE || p->q.shape[1] > DEC_MAX_SQ) return FA_CPU_DECODE_SHAPE;
+    if (p->has_bias) return FA_CPU_DECODE_BIAS;
+    if (p->dropout_p > 0.0f) return FA_CPU_DECODE_DROPOUT;
+    if (p->group * p->q.shape[1] > DEC_MAX_ROWS) return FA_CPU_DECODE_ROWS;
+    return FA_CPU_DECODE_OK;
+}
+
+const char *fa_cpu_decode_reason(int why)
+{
+    switch (why) {
+    case FA_CPU_DECODE_BIAS: return "a bias";
+    case FA_CPU_DECODE_DROPOUT: return "dropout";
+    case FA_CPU_DECODE_ROWS: return "more than 128 query rows per KV head";
+    default: return "";
+    }
+}
+
+int fa_cpu_decode_splits(const fa_problem *p)
+{
+    int64_t units = p->batch * p->hkv;
+    if (units <= 0 || units >= DEC_TASKS) return 1;
+    int64_t s = (DEC_TASKS + units - 1) / units;
+    int64_t maxs = p->max_sk / DEC_MIN_KEYS;
+    if (s > maxs) s = maxs;
+    if (s > DEC_MAX_SPLITS) s = DEC_MAX_SPLITS;
+    return s < 1 ? 1 : (int)s;
+}
+
+/* The call's constants. */
+typedef struct {
+    const fa_problem *p;
+    const fa_cpu_kernels *K;
+    int64_t sq, nr, ldq, ldk, ldv, dqk, dv;
+    int nsplit, slow;
+    float sc;
+    int64_t partsz;   /* floats of one partial: O [nr][ldv], m [ldq], l [ldq] */
+} dec_geom;
+
+/* One thread's scratch. */
+typedef struct {
+    float *qt, *s, *kc, *vc, *tmp, *alpha, *row;
+    int64_t *hr, *ir, *lo, *hi;
+} dec_scratch;
+
+static int64_t scratch_floats(const dec_geom *g)
+{
+    return (g->dqk + 16) * g->ldq + DEC_BK * (g->ldq + g->ldk + g->ldv) + 16 * g->ldk +
+           g->ldq + fa_cpu_pad(g->dv) + 4 * 2 * g->ldq;
+}
+
+static dec_scratch scratch_at(const dec_geom *g, float *base)
+{
+    dec_scratch w;
+    memset(base, 0, sizeof(float) * (size_t)scratch_floats(g));
+    w.qt = base; base += (g->dqk + 16) * g->ldq;
+    w.s = base; base += DEC_BK * g->ldq;
+    w.kc = base; base += DEC_BK * g->ldk;
+    w.vc = base; base += DEC_BK * g->ldv;
+    w.tmp = base; base += 16 * g->ldk;
+    w.alpha = base; base += g->ldq;
+    w.row = base; base += fa_cpu_pad(g->dv);
+    int64_t *ib = (int64_t *)base;
+    w.hr = ib; w.ir = ib + g->ldq; w.lo = ib + 2 * g->ldq; w.hi = ib + 3 * g->ldq;
+    return w;
+}
+
+/* Rows of KV head hk: head, query, visible keys; Q^T packed fp32 [dqk][ldq]; m, l, O
+   start (the sink enters with split 0). [*j0, *j1): the split's keys some row sees. */
+static int task_rows(const dec_geom *g, const fa_seq *sq, int64_t hk, int split,
+                     dec_scratch *w, float *o, float *m, float *l, int64_t *j0, int64_t *j1)
+{
+    const fa_problem *p = g->p;
+    int nr = (int)g->nr;
+    int64_t blo = INT64_MAX, bhi = INT64_MIN;
+    for (int r = 0; r < nr; r++) {
+        w->hr[r] = hk * p->group + r / g->sq;
+        w->ir[r] = r % g->sq;
+        fa_visible_range(p, sq, w->ir[r], &w->lo[r], &w->hi[r]);
+        if (w->lo[r] < w->hi[r]) {
+            if (w->lo[r] < blo) blo = w->lo[r];
+            if (w->hi[r] > bhi) bhi = w->hi[r];
+        }
+    }
+    for (int r = 0; r < g->ldq; r++) {
+        int first = split == 0 && p->sinks && r < nr;
+        m[r] = first ? p->sinks[w->hr[r]] : -INFINITY;
+        l[r] = first ? 1.0f : 0.0f;
+    }
+    memset(o, 0, sizeof(float) * (size_t)(g->nr * g->ldv));
+    int64_t nkb = fa_sz_ceil_div(sq->sk, DEC_BK);
+    *j0 = nkb * split / g->nsplit * DEC_BK;
+    *j1 = nkb * (split + 1) / g->nsplit * DEC_BK;
+    if (*j1 > sq->sk) *j1 = sq->sk;
+    if (blo >= bhi) return 0;
+    if (*j0 < blo) *j0 = blo;
+    if (*j1 > bhi) *j1 = bhi;
+    if (*j0 >= *j1) return 0;
+    size_t qsz = fa_dtype_size(p->q.dtype);
+    for (int r0 = 0; r0 < nr; r0 += 16) {
+        int rn = nr - r0 < 16 ? nr - r0 : 16;
+        for (int r = 0; r < rn; r++)
+            g->K->cvt_in(w->tmp + r * g->ldk, (const char *)p->q.data +
+                         fa_qrow(&p->q, sq, w->ir[r0 + r], w->hr[r0 + r]) * (int64_t)qsz,
+                         g->dqk, p->q.dtype);
+        fa_cpu_transpose_f32(g->K, w->qt + r0, g->ldq, w->tmp, g->ldk, rn, g->dqk);
+    }
+    return 1;
+}
+
+/* First byte of key j's row of KV head hk in t (page by page through the block table). */
+static const char *kv_row(const fa_problem *p, const fa_tensor *t, const fa_seq *sq,
+                          int64_t b, int64_t j, int64_t hk, size_t sz)
+{
+    return (const char *)t->data + fa_krow(p, t, sq, b, j, hk) * (int64_t)sz;
+}
+
+static void prefetch_row(const char *a, int64_t bytes)
+{
+    for (int64_t x = 0; x < bytes; x += 64) __builtin_prefetch(a + x, 0, 3);
+}
+
+/* K rows j0 .. j0+nk-1 -> kc fp32; K rows DEC_PF ahead (up to jend) and this block's V
+   rows are prefetched on the way. */
+static void load_k(const dec_geom *g, const fa_seq *sq, int64_t b, int64_t hk, int64_t j0,
+                   int nk, int64_t jend, float *kc)
+{
+    const fa_problem *p = g->p;
+    size_t ksz = fa_dtype_size(p->k.dtype), vsz = fa_dtype_size(p->v.dtype);
+    int64_t kb = g->dqk * (int64_t)ksz, vb = g->dv * (int64_t)vsz;
+    for (int j = 0; j < nk; j++) {
+        if (j0 + j + DEC_PF < jend) prefetch_row(kv_row(p, &p->k, sq, b, j0 + j + DEC_PF, hk, ksz), kb);
+        prefetch_row(kv_row(p, &p->v, sq, b, j0 + j, hk, vsz), vb);
+        g->K->cvt_in(kc + j * g->ldk, kv_row(p, &p->k, sq, b, j0 + j, hk, ksz), g->dqk,
+                     p->k.dtype);
+    }
+}
+
+/* V rows -> vc fp32; 1 when one holds Inf/NaN. */
+static int load_v(const dec_geom *g, const fa_seq *sq, int64_t b, int64_t hk, int64_t j0,
+                  int nk, float *vc)
+{
+    const fa_problem *p = g->p;
+    size_t vsz = fa_dtype_size(p->v.dtype);
+    for (int j = 0; j < nk; j++)
+        g->K->cvt_in(vc + j * g->ldv, kv_row(p, &p->v, sq, b, j0 + j, hk, vsz), g->dv,
+                     p->v.dtype);
+    return fa_cpu_nonfinite(vc, nk, g->dv, g->ldv);
+}
+
+/* O = alpha O + P V. With Inf/NaN in V and a partly masked block each row sums only its
+   keys (0 * Inf would reach rows that do not see the key). */
+static void pv(const dec_geom *g, const dec_scratch *w, int64_t j0, int nk, int full,
+               int vbad, float *o)
+{
+    const fa_cpu_kernels *K = g->K;
+    const int64_t ldq = g->ldq, ldv = g->ldv, dv = g->dv;
+    int nr = (int)g->nr;
+    if ((full || !vbad) && K->gemm_colA_scaled) {
+        K->gemm_colA_scaled(nr, (int)dv, nk, w->s, ldq, w->vc, ldv, o, ldv, w->alpha);
+        return;
+    }
+    for (int r = 0; r < nr; r++)
+        if (w->alpha[r] != 1.0f)
+            for (int64_t c = 0; c < dv; c++) o[r * ldv + c] *= w->alpha[r];
+    if (full || !vbad) {
+        K->gemm_colA(nr, (int)dv, nk, w->s, ldq, w->vc, ldv, o, ldv, 1);
+        return;
+    }
+    for (int r = 0; r < nr; r++) {
+        int64_t a = w->lo[r] > j0 ? w->lo[r] - j0 : 0;
+        int64_t e = w->hi[r] < j0 + nk ? w->hi[r] - j0 : nk;
+        for (int64_t j = a; j < e; j++) {
+            float pj = w->s[j * ldq + r];
+            for (int64_t c = 0; c < dv; c++) o[r * ldv + c] += pj * w->vc[j * ldv + c];
+        }
+    }
+}
+
+/* Split `split` of KV head hk of sequence b: the unnormalised O, m and l of its rows. */
+static void run_task(const dec_geom *g, int64_t b, int64_t hk, int split, dec_scratch *w,
+                     float *o, float *m, float *l)
+{
+    const fa_problem *p = g->p;
+    fa_seq sq = fa_problem_seq(p, b);
+    int64_t j0, j1;
+    if (!task_rows(g, &sq, hk, split, w, o, m, l, &j0, &j1)) return;
+    int nr = (int)g->nr;
+    for (int64_t jb = j0; jb < j1; jb += DEC_BK) {
+        int nk = (int)(j1 - jb < DEC_BK ? j1 - jb : DEC_BK);
+        int full = 1;
+        for (int r = 0; r < nr && full; r++)
+            if (w->lo[r] > jb || w->hi[r] < jb + nk) full = 0;
+        load_k(g, &sq, b, hk, jb, nk, j1, w->kc);
+        g->K->gemm_rowA(nk, nr, (int)g->dqk, w->kc, g->ldk, w->qt, g->ldq, w->s, g->ldq, 0);
+        if (g->slow)
+            fa_cpu_score_pass(p, &sq, b, w->s, nk, nr, g->ldq, jb, w->hr, w->ir, NULL);
+        if (!full) fa_cpu_mask_pass(w->s, nk, nr, g->ldq, jb, w->lo, w->hi);
+        g->K->softmax_fwd(w->s, nk, nr, g->ldq, g->sc, m, l, w->alpha);
+        int vbad = load_v(g, &sq, b, hk, jb, nk, w->vc);
+        pv(g, w, jb, nk, full, vbad, o);
+    }
+}
+
+/* Row r of KV head hk's rows: out = o / l, lse = m + log l (zeros, -inf for no key). */
+static void store_row(const dec_geom *g, const fa_seq *sq, int64_t b, int64_t hk, int r,
+                      const float *orow, float m, float l, const float *zero)
+{
+    const fa_problem *p = g->p;
+    int64_t h = hk * p->group + r / g->sq, i = r % g->sq;
+    void *dst = (char *)p->out.data + fa_qrow(&p->out, sq, i, h) * (int64_t)fa_dtype_size(p->out.dtype);
+    if (l == 0.0f) g->K->cvt_out(dst, p->out.dtype, zero, p->dv, 1.0f);
+    else g->K->cvt_out(dst, p->out.dtype, orow, p->dv, 1.0f / l);
+    if (p->lse) p->lse[fa_lse_index(p, sq, b, h, i)] = l == 0.0f ? -INFINITY : m + logf(l);
+}
+
+/* The nsplit partials of (b, hk) merged in split order, then written. */
+static void merge(const dec_geom *g, const float *parts, int64_t b, int64_t hk, float *row,
+                  const float *zero)
+{
+    const fa_problem *p = g->p;
+    fa_seq sq = fa_problem_seq(p, b);
+    const float *base = parts + g->partsz * g->nsplit * (b * p->hkv + hk);
+    const int64_t om = g->nr * g->ldv, ol = om + g->ldq;
+    for (int r = 0; r < g->nr; r++) {
+        float M = -INFINITY, L = 0.0f;
+        for (int s = 0; s < g->nsplit; s++) {
+            const float *pt = base + g->partsz * s;
+            if (pt[ol + r] != 0.0f && pt[om + r] > M) M = pt[om + r];
+        }
+        memset(row, 0, sizeof(float) * (size_t)p->dv);
+        for (int s = 0; s < g->nsplit; s++) {
+            const float *pt = base + g->partsz * s;
+            if (pt[ol + r] == 0.0f) continue;
+            float e = expf(pt[om + r] - M);
+            L += pt[ol + r] * e;
+            for (int64_t c = 0; c < p->dv; c++) row[c] += e * pt[r * g->ldv + c];
+        }
+        store_row(g, &sq, b, hk, r, row, M, L, zero);
+    }
+}
+
+fa_status fa_cpu_decode(fa_context *ctx, const fa_problem *p)
+{
+    if (fa_forward_is_empty(p)) return FA_OK;
+    const fa_cpu_state *st = (const fa_cpu_state *)ctx->impl;
+    dec_geom g;
+    int ovf = 0;
+    g.p = p;
+    g.K = st->k;
+    g.sq = p->q.shape[1];
+    g.nr = p->group * g.sq;
+    g.ldq = fa_cpu_ld(g.nr);
+    g.ldk = fa_sz_ld(p->dqk, &ovf);
+    g.ldv = fa_sz_ld(p->dv, &ovf);
+    g.dqk = p->dqk;
+    g.dv = p->dv;
+    g.nsplit = fa_cpu_decode_splits(p);
+    g.slow = fa_cpu_slow_scores(p);
+    g.sc = g.slow ? 1.0f : p->scale;
+    g.partsz = fa_sz_pad(fa_sz_add(fa_sz_mul(g.nr, g.ldv, &ovf), 2 * g.ldq, &ovf), &ovf);
+    int64_t units = p->batch * p->hkv, ntask = units * g.nsplit;
+    int nt = fa_cpu_threads(ctx);
+    if (ntask < nt) nt = (int)ntask;
+    int64_t per = ovf ? 0 : fa_sz_pad(scratch_floats(&g), &ovf);
+    int64_t scrsz = fa_sz_mul(per, nt, &ovf);
+    int64_t partall = fa_sz_mul(g.partsz, ntask, &ovf);
+    if (ovf)
+        return fa_set_error(ctx, FA_ERR_NO_MEMORY, "cpu backend: the decode scratch for head "
+                            "dims %lld/%lld does not fit in 64 bits", (long long)p->dqk,
+                            (long long)p->dv);
+    float *scr = fa_cpu_alloc_raw(scrsz), *parts = fa_cpu_alloc_raw(partall);
+    float *zero = fa_cpu_alloc(g.ldv);
+    if (!scr || !parts || !zero) {
+        free(scr); free(parts); free(zero);
+        return fa_set_error(ctx, FA_ERR_NO_MEMORY, "cpu backend: cannot allocate the decode "
+                            "scratch (%lld + %lld floats)", (long long)scrsz, (long long)partall);
+    }
+    const int64_t om = g.nr * g.ldv, ol = om + g.ldq;
+#pragma omp parallel num_threads(nt)
+    {
+        dec_scratch w = scratch_at(&g, scr + per * fa_cpu_tid());
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t t = 0; t < ntask; t++) {
+            float *pt = parts + g.partsz * t;
+            int64_t u = t / g.nsplit;
+            run_task(&g, u / p->hkv, u % p->hkv, (int)(t % g.nsplit), &w, pt, pt + om, pt + ol);
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t u = 0; u < units; u++) merge(&g, parts, u / p->hkv, u % p->hkv, w.row, zero);
+    }
+    free(scr); free(parts); free(zero);
+    return FA_OK;
+}
