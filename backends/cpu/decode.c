@@ -1,5 +1,5 @@
-/* decode.c - the CPU decode path: fa_forward_kvcache with at most 16 new tokens per
- * sequence against a long cache. The work is reading K and V once; this path keeps the
+/* decode.c - the CPU decode path: fa_forward_kvcache (or fa_forward, whose fa_query then
+ * names it) with at most 16 new tokens per sequence against a long cache. The work is reading K and V once; this path keeps the
  * cores busy on that and reads each K/V row once per pass:
  *
  *   task = (sequence b, KV head hk, key split s)     [OpenMP, dynamic]
@@ -39,7 +39,7 @@
 
 int fa_cpu_decode_why(const fa_problem *p)
 {
-    if (p->layout != FA_LAYOUT_KVCACHE || p->q.shape[1] > DEC_MAX_SQ) return FA_CPU_DECODE_SHAPE;
+    if (p->layout == FA_LAYOUT_VARLEN || p->q.shape[1] > DEC_MAX_SQ) return FA_CPU_DECODE_SHAPE;
     if (p->has_bias) return FA_CPU_DECODE_BIAS;
     if (p->dropout_p > 0.0f) return FA_CPU_DECODE_DROPOUT;
     if (p->group * p->q.shape[1] > DEC_MAX_ROWS) return FA_CPU_DECODE_ROWS;

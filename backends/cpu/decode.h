@@ -1,13 +1,14 @@
 /* decode.h - the CPU decode path (decode.c): fa_forward_kvcache calls with a few new
- * tokens per sequence, where reading K and V once is the whole cost. */
+ * tokens per sequence (and fa_forward calls of that shape), where reading K and V once is
+ * the whole cost. */
 #ifndef FA_CPU_DECODE_H
 #define FA_CPU_DECODE_H
 
 #include "backend.h"
 
 /* Why a forward call does not take the decode path: FA_CPU_DECODE_OK (it does),
-   FA_CPU_DECODE_SHAPE (not decode-shaped: not a KV-cache call, or more than 16 new
-   tokens; nothing to say), or a reason the decode path leaves to the general loop nest,
+   FA_CPU_DECODE_SHAPE (not decode-shaped: a varlen call, or more than 16 query rows per
+   sequence; nothing to say), or a reason the decode path leaves to the general loop nest,
    named by fa_cpu_decode_reason. */
 enum {
     FA_CPU_DECODE_OK = 0,
