@@ -1,22 +1,25 @@
 /* decode.c - the CPU decode path: fa_forward_kvcache (or fa_forward, whose fa_query then
  * names it) with at most 16 new tokens per sequence against a long cache. The work is reading K and V once; this path keeps the
- * cores busy on that and reads each K/V row once per pass:
+ * cores busy on that and reads each K/V row once per pass, in memory order:
  *
- *   task = (sequence b, KV head hk, key split s)     [OpenMP, dynamic]
- *     rows = the group's query heads x the new tokens (H/Hkv * Sq <= 128), packed into
- *            one Q^T block, so each K/V row serves every query head of its group
- *     for each block of DEC_BK keys of the split some row sees (page by page through
- *     the block table, fa_krow):
- *       K rows -> fp32 [BK][ldk]  (cvt_in; rows DEC_PF ahead prefetched, K and V)
- *       S^T = K Q^T               gemm_rowA
- *       score pipeline, mask      scores.h (softcap, ALiBi; causal, windows)
- *       online softmax            softmax_fwd
- *       V rows -> fp32, O = alpha O + P V   gemm_colA_scaled
- *     partial (O, m, l) per split; merged in split order (fa_combine's math)
+ *   task = (sequence b, key split s)                 [OpenMP, dynamic]
+ *     rows = per KV head, its group's query heads x the new tokens (H/Hkv * Sq <= 128),
+ *            packed into one Q^T block, so each K/V row serves every query head of its
+ *            group
+ *     for each block of bk keys of the split some row sees:
+ *       K rows of every KV head -> fp32 [hkv][bk][ldk]   key by key: the heads of a key
+ *            are adjacent in [.., S, Hkv, d], so the block is one stream (page by page
+ *            through the block table); rows DEC_PF keys ahead prefetched
+ *       per KV head: S^T = K Q^T (gemm_rowA), score pipeline and mask (scores.h:
+ *            softcap, ALiBi; causal, windows), online softmax (softmax_fwd)
+ *       V rows likewise, then per KV head O = alpha O + P V (gemm_colA_scaled)
+ *     partial (O, m, l) per KV head and split; merged in split order (fa_combine's math)
  *
- * The scratch of a task stays in L1/L2 (a key block, not the sequence). The splits
- * depend on the shapes only (batch, KV heads, the longest cache), and a split's keys on
- * its sequence's length only, so the result is bitwise the same for any thread count.
+ * One KV head at a time would read rows Hkv * d elements apart, each on its own 4 KiB
+ * page for fp32 d = 128, Hkv = 8: there the hardware prefetchers stop and every row is a
+ * TLB miss. The block (bk keys, every KV head) stays in L2. The splits depend on the
+ * shapes only (batch, the longest cache) and a split's keys on its sequence's length
+ * only, so the result is bitwise the same for any thread count.
  */
 #include "config.h"
 #include <math.h>
@@ -33,7 +36,7 @@
 #define DEC_MAX_ROWS 128   /* query rows per KV head (group x new tokens) */
 #define DEC_BK 64          /* keys per block */
 #define DEC_PF 16          /* rows prefetched ahead */
-#define DEC_TASKS 64       /* tasks aimed for: (batch x KV heads) x splits */
+#define DEC_TASKS 64       /* tasks aimed for: batch x splits */
 #define DEC_MIN_KEYS 512   /* keys per split at least */
 #define DEC_MAX_SPLITS 64
 
@@ -58,7 +61,7 @@ const char *fa_cpu_decode_reason(int why)
 
 int fa_cpu_decode_splits(const fa_problem *p)
 {
-    int64_t units = p->batch * p->hkv;
+    int64_t units = p->batch;
     if (units <= 0 || units >= DEC_TASKS) return 1;
     int64_t s = (DEC_TASKS + units - 1) / units;
     int64_t maxs = p->max_sk / DEC_MIN_KEYS;
@@ -71,50 +74,64 @@ int fa_cpu_decode_splits(const fa_problem *p)
 typedef struct {
     const fa_problem *p;
     const fa_cpu_kernels *K;
-    int64_t sq, nr, ldq, ldk, ldv, dqk, dv;
-    int nsplit, slow;
+    int64_t sq, nr, ldq, ldk, ldv, dqk, dv, hkv;
+    int nsplit, slow, bk;
     float sc;
     int64_t partsz;   /* floats of one partial: O [nr][ldv], m [ldq], l [ldq] */
 } dec_geom;
 
-/* One thread's scratch. */
+/* One thread's scratch; the per-KV-head parts are [hkv] slices. */
 typedef struct {
     float *qt, *s, *kc, *vc, *tmp, *alpha, *row;
     int64_t *hr, *ir, *lo, *hi;
 } dec_scratch;
 
+/* Keys per block: the block's K and V rows of every KV head (fp32) within ~512 KiB, so
+   they stay in L2 between the load and the products; 8 to 64 keys. */
+static int block_keys(const fa_problem *p, int64_t ldk, int64_t ldv)
+{
+    int64_t per = p->hkv * (ldk + ldv) * (int64_t)sizeof(float);
+    int64_t bk = per > 0 ? ((int64_t)512 << 10) / per : 64;
+    if (bk > 64) bk = 64;
+    if (bk < 8) bk = 8;
+    return (int)bk;
+}
+
 static int64_t scratch_floats(const dec_geom *g)
 {
-    return (g->dqk + 16) * g->ldq + DEC_BK * (g->ldq + g->ldk + g->ldv) + 16 * g->ldk +
-           g->ldq + fa_cpu_pad(g->dv) + 4 * 2 * g->ldq;
+    return g->hkv * ((g->dqk + 16) * g->ldq + g->bk * (g->ldq + g->ldk + g->ldv) + g->ldq +
+                     2 * g->ldq) +
+           16 * g->ldk + fa_cpu_pad(g->dv) + 3 * 2 * g->ldq;
 }
 
 static dec_scratch scratch_at(const dec_geom *g, float *base)
 {
     dec_scratch w;
+    const int64_t n = g->hkv;
     memset(base, 0, sizeof(float) * (size_t)scratch_floats(g));
-    w.qt = base; base += (g->dqk + 16) * g->ldq;
-    w.s = base; base += DEC_BK * g->ldq;
-    w.kc = base; base += DEC_BK * g->ldk;
-    w.vc = base; base += DEC_BK * g->ldv;
+    w.qt = base; base += n * (g->dqk + 16) * g->ldq;
+    w.s = base; base += n * g->bk * g->ldq;
+    w.kc = base; base += n * g->bk * g->ldk;
+    w.vc = base; base += n * g->bk * g->ldv;
+    w.alpha = base; base += n * g->ldq;
     w.tmp = base; base += 16 * g->ldk;
-    w.alpha = base; base += g->ldq;
     w.row = base; base += fa_cpu_pad(g->dv);
     int64_t *ib = (int64_t *)base;
-    w.hr = ib; w.ir = ib + g->ldq; w.lo = ib + 2 * g->ldq; w.hi = ib + 3 * g->ldq;
+    w.hr = ib; ib += n * g->ldq;
+    w.ir = ib; w.lo = ib + g->ldq; w.hi = ib + 2 * g->ldq;
     return w;
 }
 
-/* Rows of KV head hk: head, query, visible keys; Q^T packed fp32 [dqk][ldq]; m, l, O
-   start (the sink enters with split 0). [*j0, *j1): the split's keys some row sees. */
-static int task_rows(const dec_geom *g, const fa_seq *sq, int64_t hk, int split,
-                     dec_scratch *w, float *o, float *m, float *l, int64_t *j0, int64_t *j1)
+/* Rows of every KV head: query, visible keys (the same for each head), head; Q^T packed
+   fp32 [dqk][ldq] per head; m, l, O start (the sink enters with split 0). [*j0, *j1):
+   the split's keys some row sees. part(hk) is the partial of head hk. */
+static int task_rows(const dec_geom *g, const fa_seq *sq, float *parts, int split,
+                     dec_scratch *w, int64_t *j0, int64_t *j1)
 {
     const fa_problem *p = g->p;
     int nr = (int)g->nr;
     int64_t blo = INT64_MAX, bhi = INT64_MIN;
     for (int r = 0; r < nr; r++) {
-        w->hr[r] = hk * p->group + r / g->sq;
         w->ir[r] = r % g->sq;
         fa_visible_range(p, sq, w->ir[r], &w->lo[r], &w->hi[r]);
         if (w->lo[r] < w->hi[r]) {
@@ -122,28 +139,37 @@ static int task_rows(const dec_geom *g, const fa_seq *sq, int64_t hk, int split,
             if (w->hi[r] > bhi) bhi = w->hi[r];
         }
     }
-    for (int r = 0; r < g->ldq; r++) {
-        int first = split == 0 && p->sinks && r < nr;
-        m[r] = first ? p->sinks[w->hr[r]] : -INFINITY;
-        l[r] = first ? 1.0f : 0.0f;
+    for (int64_t hk = 0; hk < g->hkv; hk++) {
+        float *o = parts + g->partsz * g->nsplit * hk, *m = o + g->nr * g->ldv, *l = m + g->ldq;
+        int64_t *hr = w->hr + hk * g->ldq;
+        for (int r = 0; r < nr; r++) hr[r] = hk * p->group + r / g->sq;
+        for (int r = 0; r < g->ldq; r++) {
+            int first = split == 0 && p->sinks && r < nr;
+            m[r] = first ? p->sinks[hr[r]] : -INFINITY;
+            l[r] = first ? 1.0f : 0.0f;
+        }
+        memset(o, 0, sizeof(float) * (size_t)(g->nr * g->ldv));
     }
-    memset(o, 0, sizeof(float) * (size_t)(g->nr * g->ldv));
-    int64_t nkb = fa_sz_ceil_div(sq->sk, DEC_BK);
-    *j0 = nkb * split / g->nsplit * DEC_BK;
-    *j1 = nkb * (split + 1) / g->nsplit * DEC_BK;
+    int64_t nkb = fa_sz_ceil_div(sq->sk, g->bk);
+    *j0 = nkb * split / g->nsplit * g->bk;
+    *j1 = nkb * (split + 1) / g->nsplit * g->bk;
     if (*j1 > sq->sk) *j1 = sq->sk;
     if (blo >= bhi) return 0;
     if (*j0 < blo) *j0 = blo;
     if (*j1 > bhi) *j1 = bhi;
     if (*j0 >= *j1) return 0;
     size_t qsz = fa_dtype_size(p->q.dtype);
-    for (int r0 = 0; r0 < nr; r0 += 16) {
-        int rn = nr - r0 < 16 ? nr - r0 : 16;
-        for (int r = 0; r < rn; r++)
-            g->K->cvt_in(w->tmp + r * g->ldk, (const char *)p->q.data +
-                         fa_qrow(&p->q, sq, w->ir[r0 + r], w->hr[r0 + r]) * (int64_t)qsz,
-                         g->dqk, p->q.dtype);
-        fa_cpu_transpose_f32(g->K, w->qt + r0, g->ldq, w->tmp, g->ldk, rn, g->dqk);
+    for (int64_t hk = 0; hk < g->hkv; hk++) {
+        const int64_t *hr = w->hr + hk * g->ldq;
+        float *qt = w->qt + hk * (g->dqk + 16) * g->ldq;
+        for (int r0 = 0; r0 < nr; r0 += 16) {
+            int rn = nr - r0 < 16 ? nr - r0 : 16;
+            for (int r = 0; r < rn; r++)
+                g->K->cvt_in(w->tmp + r * g->ldk, (const char *)p->q.data +
+                             fa_qrow(&p->q, sq, w->ir[r0 + r], hr[r0 + r]) * (int64_t)qsz,
+                             g->dqk, p->q.dtype);
+            fa_cpu_transpose_f32(g->K, qt + r0, g->ldq, w->tmp, g->ldk, rn, g->dqk);
+        }
     }
     return 1;
 }
@@ -160,85 +186,89 @@ static void prefetch_row(const char *a, int64_t bytes)
     for (int64_t x = 0; x < bytes; x += 64) __builtin_prefetch(a + x, 0, 3);
 }
 
-/* K rows j0 .. j0+nk-1 -> kc fp32; K rows DEC_PF ahead (up to jend) and this block's V
-   rows are prefetched on the way. */
-static void load_k(const dec_geom *g, const fa_seq *sq, int64_t b, int64_t hk, int64_t j0,
-                   int nk, int64_t jend, float *kc)
+/* Rows j0 .. j0+nk-1 of every KV head of t -> dst [hk][bk][ld] fp32, key by key (the
+   heads of a key are adjacent in the usual [.., S, Hkv, d] layout: one stream); rows
+   DEC_PF keys ahead (below jend) are prefetched. Returns 1 when a row holds Inf/NaN and
+   check is set. */
+static int load_rows(const dec_geom *g, const fa_tensor *t, int64_t d, int64_t ld,
+                     const fa_seq *sq, int64_t b, int64_t j0, int nk, int64_t jend,
+                     float *dst, int check)
 {
     const fa_problem *p = g->p;
-    size_t ksz = fa_dtype_size(p->k.dtype), vsz = fa_dtype_size(p->v.dtype);
-    int64_t kb = g->dqk * (int64_t)ksz, vb = g->dv * (int64_t)vsz;
+    size_t sz = fa_dtype_size(t->dtype);
+    int64_t bytes = d * (int64_t)sz;
+    int bad = 0;
     for (int j = 0; j < nk; j++) {
-        if (j0 + j + DEC_PF < jend) prefetch_row(kv_row(p, &p->k, sq, b, j0 + j + DEC_PF, hk, ksz), kb);
-        prefetch_row(kv_row(p, &p->v, sq, b, j0 + j, hk, vsz), vb);
-        g->K->cvt_in(kc + j * g->ldk, kv_row(p, &p->k, sq, b, j0 + j, hk, ksz), g->dqk,
-                     p->k.dtype);
+        for (int64_t hk = 0; hk < g->hkv; hk++) {
+            if (j0 + j + DEC_PF < jend) prefetch_row(kv_row(p, t, sq, b, j0 + j + DEC_PF, hk, sz), bytes);
+            float *row = dst + (hk * g->bk + j) * ld;
+            g->K->cvt_in(row, kv_row(p, t, sq, b, j0 + j, hk, sz), d, t->dtype);
+            if (check && fa_cpu_nonfinite(row, 1, d, ld)) bad = 1;
+        }
     }
+    return bad;
 }
 
-/* V rows -> vc fp32; 1 when one holds Inf/NaN. */
-static int load_v(const dec_geom *g, const fa_seq *sq, int64_t b, int64_t hk, int64_t j0,
-                  int nk, float *vc)
-{
-    const fa_problem *p = g->p;
-    size_t vsz = fa_dtype_size(p->v.dtype);
-    for (int j = 0; j < nk; j++)
-        g->K->cvt_in(vc + j * g->ldv, kv_row(p, &p->v, sq, b, j0 + j, hk, vsz), g->dv,
-                     p->v.dtype);
-    return fa_cpu_nonfinite(vc, nk, g->dv, g->ldv);
-}
-
-/* O = alpha O + P V. With Inf/NaN in V and a partly masked block each row sums only its
-   keys (0 * Inf would reach rows that do not see the key). */
-static void pv(const dec_geom *g, const dec_scratch *w, int64_t j0, int nk, int full,
-               int vbad, float *o)
+/* O = alpha O + P V for one KV head (s, vc, alpha its slices). With Inf/NaN in V and a
+   partly masked block each row sums only its keys (0 * Inf would reach rows that do not
+   see the key). */
+static void pv(const dec_geom *g, const dec_scratch *w, const float *s, const float *vc,
+               const float *alpha, int64_t j0, int nk, int full, int vbad, float *o)
 {
     const fa_cpu_kernels *K = g->K;
     const int64_t ldq = g->ldq, ldv = g->ldv, dv = g->dv;
     int nr = (int)g->nr;
     if ((full || !vbad) && K->gemm_colA_scaled) {
-        K->gemm_colA_scaled(nr, (int)dv, nk, w->s, ldq, w->vc, ldv, o, ldv, w->alpha);
+        K->gemm_colA_scaled(nr, (int)dv, nk, s, ldq, vc, ldv, o, ldv, alpha);
         return;
     }
     for (int r = 0; r < nr; r++)
-        if (w->alpha[r] != 1.0f)
-            for (int64_t c = 0; c < dv; c++) o[r * ldv + c] *= w->alpha[r];
+        if (alpha[r] != 1.0f)
+            for (int64_t c = 0; c < dv; c++) o[r * ldv + c] *= alpha[r];
     if (full || !vbad) {
-        K->gemm_colA(nr, (int)dv, nk, w->s, ldq, w->vc, ldv, o, ldv, 1);
+        K->gemm_colA(nr, (int)dv, nk, s, ldq, vc, ldv, o, ldv, 1);
         return;
     }
     for (int r = 0; r < nr; r++) {
         int64_t a = w->lo[r] > j0 ? w->lo[r] - j0 : 0;
         int64_t e = w->hi[r] < j0 + nk ? w->hi[r] - j0 : nk;
         for (int64_t j = a; j < e; j++) {
-            float pj = w->s[j * ldq + r];
-            for (int64_t c = 0; c < dv; c++) o[r * ldv + c] += pj * w->vc[j * ldv + c];
+            float pj = s[j * ldq + r];
+            for (int64_t c = 0; c < dv; c++) o[r * ldv + c] += pj * vc[j * ldv + c];
         }
     }
 }
 
-/* Split `split` of KV head hk of sequence b: the unnormalised O, m and l of its rows. */
-static void run_task(const dec_geom *g, int64_t b, int64_t hk, int split, dec_scratch *w,
-                     float *o, float *m, float *l)
+/* Split `split` of sequence b, every KV head: the unnormalised O, m and l of its rows
+   into the heads' partials (parts: head 0's, split 0; heads nsplit partials apart). */
+static void run_task(const dec_geom *g, int64_t b, int split, dec_scratch *w, float *parts)
 {
     const fa_problem *p = g->p;
     fa_seq sq = fa_problem_seq(p, b);
     int64_t j0, j1;
-    if (!task_rows(g, &sq, hk, split, w, o, m, l, &j0, &j1)) return;
-    int nr = (int)g->nr;
-    for (int64_t jb = j0; jb < j1; jb += DEC_BK) {
-        int nk = (int)(j1 - jb < DEC_BK ? j1 - jb : DEC_BK);
+    float *mine = parts + g->partsz * split;
+    if (!task_rows(g, &sq, mine, split, w, &j0, &j1)) return;
+    const int nr = (int)g->nr;
+    const int64_t ldq = g->ldq, step = g->partsz * g->nsplit;
+    for (int64_t jb = j0; jb < j1; jb += g->bk) {
+        int nk = (int)(j1 - jb < g->bk ? j1 - jb : g->bk);
         int full = 1;
         for (int r = 0; r < nr && full; r++)
             if (w->lo[r] > jb || w->hi[r] < jb + nk) full = 0;
-        load_k(g, &sq, b, hk, jb, nk, j1, w->kc);
-        g->K->gemm_rowA(nk, nr, (int)g->dqk, w->kc, g->ldk, w->qt, g->ldq, w->s, g->ldq, 0);
-        if (g->slow)
-            fa_cpu_score_pass(p, &sq, b, w->s, nk, nr, g->ldq, jb, w->hr, w->ir, NULL);
-        if (!full) fa_cpu_mask_pass(w->s, nk, nr, g->ldq, jb, w->lo, w->hi);
-        g->K->softmax_fwd(w->s, nk, nr, g->ldq, g->sc, m, l, w->alpha);
-        int vbad = load_v(g, &sq, b, hk, jb, nk, w->vc);
-        pv(g, w, jb, nk, full, vbad, o);
+        load_rows(g, &p->k, g->dqk, g->ldk, &sq, b, jb, nk, j1, w->kc, 0);
+        for (int64_t hk = 0; hk < g->hkv; hk++) {
+            float *s = w->s + hk * g->bk * ldq, *m = mine + step * hk + g->nr * g->ldv;
+            g->K->gemm_rowA(nk, nr, (int)g->dqk, w->kc + hk * g->bk * g->ldk, g->ldk,
+                            w->qt + hk * (g->dqk + 16) * ldq, ldq, s, ldq, 0);
+            if (g->slow)
+                fa_cpu_score_pass(p, &sq, b, s, nk, nr, ldq, jb, w->hr + hk * ldq, w->ir, NULL);
+            if (!full) fa_cpu_mask_pass(s, nk, nr, ldq, jb, w->lo, w->hi);
+            g->K->softmax_fwd(s, nk, nr, ldq, g->sc, m, m + ldq, w->alpha + hk * ldq);
+        }
+        int vbad = load_rows(g, &p->v, g->dv, g->ldv, &sq, b, jb, nk, j1, w->vc, !full);
+        for (int64_t hk = 0; hk < g->hkv; hk++)
+            pv(g, w, w->s + hk * g->bk * ldq, w->vc + hk * g->bk * g->ldv, w->alpha + hk * ldq,
+               jb, nk, full, vbad, mine + step * hk);
     }
 }
 
@@ -295,16 +325,18 @@ fa_status fa_cpu_decode(fa_context *ctx, const fa_problem *p)
     g.ldv = fa_sz_ld(p->dv, &ovf);
     g.dqk = p->dqk;
     g.dv = p->dv;
+    g.hkv = p->hkv;
+    g.bk = block_keys(p, g.ldk, g.ldv);
     g.nsplit = fa_cpu_decode_splits(p);
     g.slow = fa_cpu_slow_scores(p);
     g.sc = g.slow ? 1.0f : p->scale;
     g.partsz = fa_sz_pad(fa_sz_add(fa_sz_mul(g.nr, g.ldv, &ovf), 2 * g.ldq, &ovf), &ovf);
-    int64_t units = p->batch * p->hkv, ntask = units * g.nsplit;
+    int64_t units = p->batch * p->hkv, ntask = p->batch * g.nsplit;
     int nt = fa_cpu_threads(ctx);
     if (ntask < nt) nt = (int)ntask;
     int64_t per = ovf ? 0 : fa_sz_pad(scratch_floats(&g), &ovf);
     int64_t scrsz = fa_sz_mul(per, nt, &ovf);
-    int64_t partall = fa_sz_mul(g.partsz, ntask, &ovf);
+    int64_t partall = fa_sz_mul(g.partsz, fa_sz_mul(units, g.nsplit, &ovf), &ovf);
     if (ovf)
         return fa_set_error(ctx, FA_ERR_NO_MEMORY, "cpu backend: the decode scratch for head "
                             "dims %lld/%lld does not fit in 64 bits", (long long)p->dqk,
@@ -316,16 +348,13 @@ fa_status fa_cpu_decode(fa_context *ctx, const fa_problem *p)
         return fa_set_error(ctx, FA_ERR_NO_MEMORY, "cpu backend: cannot allocate the decode "
                             "scratch (%lld + %lld floats)", (long long)scrsz, (long long)partall);
     }
-    const int64_t om = g.nr * g.ldv, ol = om + g.ldq;
 #pragma omp parallel num_threads(nt)
     {
         dec_scratch w = scratch_at(&g, scr + per * fa_cpu_tid());
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t t = 0; t < ntask; t++) {
-            float *pt = parts + g.partsz * t;
-            int64_t u = t / g.nsplit;
-            run_task(&g, u / p->hkv, u % p->hkv, (int)(t % g.nsplit), &w, pt, pt + om, pt + ol);
-        }
+        for (int64_t t = 0; t < ntask; t++)
+            run_task(&g, t / g.nsplit, (int)(t % g.nsplit), &w,
+                     parts + g.partsz * g.nsplit * p->hkv * (t / g.nsplit));
 #pragma omp for schedule(dynamic, 1)
         for (int64_t u = 0; u < units; u++) merge(&g, parts, u / p->hkv, u % p->hkv, w.row, zero);
     }
