@@ -4,13 +4,13 @@
  *
  *   task = (sequence b, key split s)                 [OpenMP, dynamic]
  *     rows = per KV head, its group's query heads x the new tokens (H/Hkv * Sq <= 128),
- *            packed into one Q^T block, so each K/V row serves every query head of its
+ *            packed into one block of Q rows, so each K/V row serves every query head of its
  *            group
  *     for each block of bk keys of the split some row sees:
  *       K rows of every KV head -> fp32 [hkv][bk][ldk]   key by key: the heads of a key
  *            are adjacent in [.., S, Hkv, d], so the block is one stream (page by page
  *            through the block table); rows DEC_PF keys ahead prefetched
- *       per KV head: S^T = K Q^T (gemm_rowA), score pipeline and mask (scores.h:
+ *       per KV head: S = Q K^T (gemm_rowA on K^T), S^T, score pipeline and mask (scores.h:
  *            softcap, ALiBi; causal, windows), online softmax (softmax_fwd)
  *       V rows likewise, then per KV head O = alpha O + P V (gemm_colA_scaled)
  *     partial (O, m, l) per KV head and split; merged in split order (fa_combine's math)
@@ -70,11 +70,11 @@ int fa_cpu_decode_splits(const fa_problem *p)
     return s < 1 ? 1 : (int)s;
 }
 
-/* The call's constants. */
+/* The call's constants (ldb: rows of K^T and S, bk keys). */
 typedef struct {
     const fa_problem *p;
     const fa_cpu_kernels *K;
-    int64_t sq, nr, ldq, ldk, ldv, dqk, dv, hkv;
+    int64_t sq, nr, ldq, ldk, ldv, ldb, dqk, dv, hkv;
     int nsplit, slow, bk;
     float sc;
     int64_t partsz;   /* floats of one partial: O [nr][ldv], m [ldq], l [ldq] */
@@ -82,7 +82,7 @@ typedef struct {
 
 /* One thread's scratch; the per-KV-head parts are [hkv] slices. */
 typedef struct {
-    float *qt, *s, *kc, *vc, *tmp, *alpha, *row;
+    float *qr, *kt, *sr, *s, *kc, *vc, *alpha, *row;
     int64_t *hr, *ir, *lo, *hi;
 } dec_scratch;
 
@@ -99,9 +99,8 @@ static int block_keys(const fa_problem *p, int64_t ldk, int64_t ldv)
 
 static int64_t scratch_floats(const dec_geom *g)
 {
-    return g->hkv * ((g->dqk + 16) * g->ldq + g->bk * (g->ldq + g->ldk + g->ldv) + g->ldq +
-                     2 * g->ldq) +
-           16 * g->ldk + fa_cpu_pad(g->dv) + 3 * 2 * g->ldq;
+    return g->hkv * (g->nr * g->ldk + g->bk * (g->ldq + g->ldk + g->ldv) + g->ldq + 2 * g->ldq) +
+           (g->dqk + g->ldq) * g->ldb + fa_cpu_pad(g->dv) + 3 * 2 * g->ldq;
 }
 
 static dec_scratch scratch_at(const dec_geom *g, float *base)
@@ -109,12 +108,13 @@ static dec_scratch scratch_at(const dec_geom *g, float *base)
     dec_scratch w;
     const int64_t n = g->hkv;
     memset(base, 0, sizeof(float) * (size_t)scratch_floats(g));
-    w.qt = base; base += n * (g->dqk + 16) * g->ldq;
+    w.qr = base; base += n * g->nr * g->ldk;
     w.s = base; base += n * g->bk * g->ldq;
     w.kc = base; base += n * g->bk * g->ldk;
     w.vc = base; base += n * g->bk * g->ldv;
     w.alpha = base; base += n * g->ldq;
-    w.tmp = base; base += 16 * g->ldk;
+    w.kt = base; base += g->dqk * g->ldb;
+    w.sr = base; base += g->ldq * g->ldb;
     w.row = base; base += fa_cpu_pad(g->dv);
     int64_t *ib = (int64_t *)base;
     w.hr = ib; ib += n * g->ldq;
@@ -122,8 +122,8 @@ static dec_scratch scratch_at(const dec_geom *g, float *base)
     return w;
 }
 
-/* Rows of every KV head: query, visible keys (the same for each head), head; Q^T packed
-   fp32 [dqk][ldq] per head; m, l, O start (the sink enters with split 0). [*j0, *j1):
+/* Rows of every KV head: query, visible keys (the same for each head), head; Q rows
+   fp32 [nr][ldk] per head; m, l, O start (the sink enters with split 0). [*j0, *j1):
    the split's keys some row sees. part(hk) is the partial of head hk. */
 static int task_rows(const dec_geom *g, const fa_seq *sq, float *parts, int split,
                      dec_scratch *w, int64_t *j0, int64_t *j1)
@@ -161,15 +161,9 @@ static int task_rows(const dec_geom *g, const fa_seq *sq, float *parts, int spli
     size_t qsz = fa_dtype_size(p->q.dtype);
     for (int64_t hk = 0; hk < g->hkv; hk++) {
         const int64_t *hr = w->hr + hk * g->ldq;
-        float *qt = w->qt + hk * (g->dqk + 16) * g->ldq;
-        for (int r0 = 0; r0 < nr; r0 += 16) {
-            int rn = nr - r0 < 16 ? nr - r0 : 16;
-            for (int r = 0; r < rn; r++)
-                g->K->cvt_in(w->tmp + r * g->ldk, (const char *)p->q.data +
-                             fa_qrow(&p->q, sq, w->ir[r0 + r], hr[r0 + r]) * (int64_t)qsz,
-                             g->dqk, p->q.dtype);
-            fa_cpu_transpose_f32(g->K, qt + r0, g->ldq, w->tmp, g->ldk, rn, g->dqk);
-        }
+        for (int r = 0; r < nr; r++)
+            g->K->cvt_in(w->qr + (hk * g->nr + r) * g->ldk, (const char *)p->q.data +
+                         fa_qrow(&p->q, sq, w->ir[r], hr[r]) * (int64_t)qsz, g->dqk, p->q.dtype);
     }
     return 1;
 }
@@ -239,6 +233,18 @@ static void pv(const dec_geom *g, const dec_scratch *w, const float *s, const fl
     }
 }
 
+/* S^T [nk][ldq] of KV head hk's rows against the block's keys, as S = Q K^T on K^T:
+   the product's columns are then the keys (whole vectors) rather than the few rows of a
+   decode call (S^T = K Q^T with 4 rows fills a quarter of an AVX-512 vector); the two
+   transposes are passes over L1/L2 data. */
+static void scores(const dec_geom *g, dec_scratch *w, int64_t hk, int nk, float *s)
+{
+    fa_cpu_transpose_f32(g->K, w->kt, g->ldb, w->kc + hk * g->bk * g->ldk, g->ldk, nk, g->dqk);
+    g->K->gemm_rowA((int)g->nr, nk, (int)g->dqk, w->qr + hk * g->nr * g->ldk, g->ldk, w->kt,
+                    g->ldb, w->sr, g->ldb, 0);
+    fa_cpu_transpose_f32(g->K, s, g->ldq, w->sr, g->ldb, (int)g->nr, nk);
+}
+
 /* Split `split` of sequence b, every KV head: the unnormalised O, m and l of its rows
    into the heads' partials (parts: head 0's, split 0; heads nsplit partials apart). */
 static void run_task(const dec_geom *g, int64_t b, int split, dec_scratch *w, float *parts)
@@ -258,8 +264,7 @@ static void run_task(const dec_geom *g, int64_t b, int split, dec_scratch *w, fl
         load_rows(g, &p->k, g->dqk, g->ldk, &sq, b, jb, nk, j1, w->kc, 0);
         for (int64_t hk = 0; hk < g->hkv; hk++) {
             float *s = w->s + hk * g->bk * ldq, *m = mine + step * hk + g->nr * g->ldv;
-            g->K->gemm_rowA(nk, nr, (int)g->dqk, w->kc + hk * g->bk * g->ldk, g->ldk,
-                            w->qt + hk * (g->dqk + 16) * ldq, ldq, s, ldq, 0);
+            scores(g, w, hk, nk, s);
             if (g->slow)
                 fa_cpu_score_pass(p, &sq, b, s, nk, nr, ldq, jb, w->hr + hk * ldq, w->ir, NULL);
             if (!full) fa_cpu_mask_pass(s, nk, nr, ldq, jb, w->lo, w->hi);
@@ -327,6 +332,7 @@ fa_status fa_cpu_decode(fa_context *ctx, const fa_problem *p)
     g.dv = p->dv;
     g.hkv = p->hkv;
     g.bk = block_keys(p, g.ldk, g.ldv);
+    g.ldb = fa_cpu_ld(g.bk);
     g.nsplit = fa_cpu_decode_splits(p);
     g.slow = fa_cpu_slow_scores(p);
     g.sc = g.slow ? 1.0f : p->scale;
