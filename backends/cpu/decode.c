@@ -87,13 +87,14 @@ typedef struct {
 } dec_scratch;
 
 /* Keys per block: the block's K and V rows of every KV head (fp32) within ~512 KiB, so
-   they stay in L2 between the load and the products; 8 to 64 keys. */
+   they stay in L2 between the load and the products; 16 to 64 keys, a multiple of 16
+   (whole register transposes of K). */
 static int block_keys(const fa_problem *p, int64_t ldk, int64_t ldv)
 {
     int64_t per = p->hkv * (ldk + ldv) * (int64_t)sizeof(float);
-    int64_t bk = per > 0 ? ((int64_t)512 << 10) / per : 64;
+    int64_t bk = per > 0 ? ((int64_t)512 << 10) / per / 16 * 16 : 64;
     if (bk > 64) bk = 64;
-    if (bk < 8) bk = 8;
+    if (bk < 16) bk = 16;
     return (int)bk;
 }
 
@@ -182,19 +183,22 @@ static void prefetch_row(const char *a, int64_t bytes)
 
 /* Rows j0 .. j0+nk-1 of every KV head of t -> dst [hk][bk][ld] fp32, key by key (the
    heads of a key are adjacent in the usual [.., S, Hkv, d] layout: one stream); rows
-   DEC_PF keys ahead (below jend) are prefetched. Returns 1 when a row holds Inf/NaN and
-   check is set. */
+   DEC_PF keys ahead (below jend) are prefetched. dst NULL: the rows are read in place
+   (direct_rows), and the next block's rows are prefetched instead. Returns 1 when a row
+   holds Inf/NaN and check is set. */
 static int load_rows(const dec_geom *g, const fa_tensor *t, int64_t d, int64_t ld,
                      const fa_seq *sq, int64_t b, int64_t j0, int nk, int64_t jend,
                      float *dst, int check)
 {
+    const int pf = dst ? DEC_PF : g->bk;
     const fa_problem *p = g->p;
     size_t sz = fa_dtype_size(t->dtype);
     int64_t bytes = d * (int64_t)sz;
     int bad = 0;
     for (int j = 0; j < nk; j++) {
         for (int64_t hk = 0; hk < g->hkv; hk++) {
-            if (j0 + j + DEC_PF < jend) prefetch_row(kv_row(p, t, sq, b, j0 + j + DEC_PF, hk, sz), bytes);
+            if (j0 + j + pf < jend) prefetch_row(kv_row(p, t, sq, b, j0 + j + pf, hk, sz), bytes);
+            if (!dst) continue;
             float *row = dst + (hk * g->bk + j) * ld;
             g->K->cvt_in(row, kv_row(p, t, sq, b, j0 + j, hk, sz), d, t->dtype);
             if (check && fa_cpu_nonfinite(row, 1, d, ld)) bad = 1;
@@ -203,24 +207,40 @@ static int load_rows(const dec_geom *g, const fa_tensor *t, int64_t d, int64_t l
     return bad;
 }
 
-/* O = alpha O + P V for one KV head (s, vc, alpha its slices). With Inf/NaN in V and a
+/* Can the block's rows of t be read in place: fp32, and one row stride (t->stride[1])
+   apart, i.e. a contiguous cache or a block within one page? Shapes and the block table
+   decide, never threads. */
+static int direct_rows(const fa_problem *p, const fa_tensor *t, int64_t j0, int nk)
+{
+    if (t->dtype != FA_F32) return 0;
+    return !p->block_table || j0 / p->page_size == (j0 + nk - 1) / p->page_size;
+}
+
+/* Key j0's row of KV head hk in an fp32 t. */
+static const float *row_f32(const fa_problem *p, const fa_tensor *t, const fa_seq *sq,
+                            int64_t b, int64_t j0, int64_t hk)
+{
+    return (const float *)t->data + fa_krow(p, t, sq, b, j0, hk);
+}
+
+/* O = alpha O + P V for one KV head (s, vc [nk][ldvc], alpha its slices). With Inf/NaN in V and a
    partly masked block each row sums only its keys (0 * Inf would reach rows that do not
    see the key). */
 static void pv(const dec_geom *g, const dec_scratch *w, const float *s, const float *vc,
-               const float *alpha, int64_t j0, int nk, int full, int vbad, float *o)
+               int64_t ldvc, const float *alpha, int64_t j0, int nk, int full, int vbad, float *o)
 {
     const fa_cpu_kernels *K = g->K;
     const int64_t ldq = g->ldq, ldv = g->ldv, dv = g->dv;
     int nr = (int)g->nr;
     if ((full || !vbad) && K->gemm_colA_scaled) {
-        K->gemm_colA_scaled(nr, (int)dv, nk, s, ldq, vc, ldv, o, ldv, alpha);
+        K->gemm_colA_scaled(nr, (int)dv, nk, s, ldq, vc, ldvc, o, ldv, alpha);
         return;
     }
     for (int r = 0; r < nr; r++)
         if (alpha[r] != 1.0f)
             for (int64_t c = 0; c < dv; c++) o[r * ldv + c] *= alpha[r];
     if (full || !vbad) {
-        K->gemm_colA(nr, (int)dv, nk, s, ldq, vc, ldv, o, ldv, 1);
+        K->gemm_colA(nr, (int)dv, nk, s, ldq, vc, ldvc, o, ldv, 1);
         return;
     }
     for (int r = 0; r < nr; r++) {
@@ -228,7 +248,7 @@ static void pv(const dec_geom *g, const dec_scratch *w, const float *s, const fl
         int64_t e = w->hi[r] < j0 + nk ? w->hi[r] - j0 : nk;
         for (int64_t j = a; j < e; j++) {
             float pj = s[j * ldq + r];
-            for (int64_t c = 0; c < dv; c++) o[r * ldv + c] += pj * vc[j * ldv + c];
+            for (int64_t c = 0; c < dv; c++) o[r * ldv + c] += pj * vc[j * ldvc + c];
         }
     }
 }
@@ -236,10 +256,11 @@ static void pv(const dec_geom *g, const dec_scratch *w, const float *s, const fl
 /* S^T [nk][ldq] of KV head hk's rows against the block's keys, as S = Q K^T on K^T:
    the product's columns are then the keys (whole vectors) rather than the few rows of a
    decode call (S^T = K Q^T with 4 rows fills a quarter of an AVX-512 vector); the two
-   transposes are passes over L1/L2 data. */
-static void scores(const dec_geom *g, dec_scratch *w, int64_t hk, int nk, float *s)
+   transposes are passes over L1/L2 data. k: the block's K rows of head hk, ld apart. */
+static void scores(const dec_geom *g, dec_scratch *w, int64_t hk, const float *k, int64_t ld,
+                   int nk, float *s)
 {
-    fa_cpu_transpose_f32(g->K, w->kt, g->ldb, w->kc + hk * g->bk * g->ldk, g->ldk, nk, g->dqk);
+    fa_cpu_transpose_f32(g->K, w->kt, g->ldb, k, ld, nk, g->dqk);
     g->K->gemm_rowA((int)g->nr, nk, (int)g->dqk, w->qr + hk * g->nr * g->ldk, g->ldk, w->kt,
                     g->ldb, w->sr, g->ldb, 0);
     fa_cpu_transpose_f32(g->K, s, g->ldq, w->sr, g->ldb, (int)g->nr, nk);
@@ -261,19 +282,26 @@ static void run_task(const dec_geom *g, int64_t b, int split, dec_scratch *w, fl
         int full = 1;
         for (int r = 0; r < nr && full; r++)
             if (w->lo[r] > jb || w->hi[r] < jb + nk) full = 0;
-        load_rows(g, &p->k, g->dqk, g->ldk, &sq, b, jb, nk, j1, w->kc, 0);
+        int kdir = direct_rows(p, &p->k, jb, nk), vdir = full && direct_rows(p, &p->v, jb, nk);
+        load_rows(g, &p->k, g->dqk, g->ldk, &sq, b, jb, nk, j1, kdir ? NULL : w->kc, 0);
         for (int64_t hk = 0; hk < g->hkv; hk++) {
             float *s = w->s + hk * g->bk * ldq, *m = mine + step * hk + g->nr * g->ldv;
-            scores(g, w, hk, nk, s);
+            if (kdir)
+                scores(g, w, hk, row_f32(p, &p->k, &sq, b, jb, hk), p->k.stride[1], nk, s);
+            else
+                scores(g, w, hk, w->kc + hk * g->bk * g->ldk, g->ldk, nk, s);
             if (g->slow)
                 fa_cpu_score_pass(p, &sq, b, s, nk, nr, ldq, jb, w->hr + hk * ldq, w->ir, NULL);
             if (!full) fa_cpu_mask_pass(s, nk, nr, ldq, jb, w->lo, w->hi);
             g->K->softmax_fwd(s, nk, nr, ldq, g->sc, m, m + ldq, w->alpha + hk * ldq);
         }
-        int vbad = load_rows(g, &p->v, g->dv, g->ldv, &sq, b, jb, nk, j1, w->vc, !full);
-        for (int64_t hk = 0; hk < g->hkv; hk++)
-            pv(g, w, w->s + hk * g->bk * ldq, w->vc + hk * g->bk * g->ldv, w->alpha + hk * ldq,
-               jb, nk, full, vbad, mine + step * hk);
+        int vbad = load_rows(g, &p->v, g->dv, g->ldv, &sq, b, jb, nk, j1, vdir ? NULL : w->vc,
+                             !full);
+        for (int64_t hk = 0; hk < g->hkv; hk++) {
+            const float *vc = vdir ? row_f32(p, &p->v, &sq, b, jb, hk) : w->vc + hk * g->bk * g->ldv;
+            pv(g, w, w->s + hk * g->bk * ldq, vc, vdir ? p->v.stride[1] : g->ldv,
+               w->alpha + hk * ldq, jb, nk, full, vbad, mine + step * hk);
+        }
     }
 }
 
