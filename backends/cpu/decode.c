@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "decode.h"
+#include "decode_kernels.h"
 #include "scores.h"
 #include "scratch.h"
 #include "state.h"
@@ -76,6 +77,7 @@ typedef struct {
     const fa_cpu_kernels *K;
     int64_t sq, nr, ldq, ldk, ldv, ldb, dqk, dv, hkv;
     int nsplit, slow, bk;
+    int kt16;         /* bf16/fp16 K straight into K^T (decode_avx512.c) */
     float sc;
     int64_t partsz;   /* floats of one partial: O [nr][ldv], m [ldq], l [ldq] */
 } dec_geom;
@@ -207,13 +209,17 @@ static int load_rows(const dec_geom *g, const fa_tensor *t, int64_t d, int64_t l
     return bad;
 }
 
-/* Can the block's rows of t be read in place: fp32, and one row stride (t->stride[1])
-   apart, i.e. a contiguous cache or a block within one page? Shapes and the block table
-   decide, never threads. */
+/* Are the block's rows one row stride (stride[1]) apart: a contiguous cache, or a block
+   within one page? Shapes and the block table decide, never threads. */
+static int one_stride(const fa_problem *p, int64_t j0, int nk)
+{
+    return !p->block_table || j0 / p->page_size == (j0 + nk - 1) / p->page_size;
+}
+
+/* Can the block's rows of t be read in place (fp32, one_stride)? */
 static int direct_rows(const fa_problem *p, const fa_tensor *t, int64_t j0, int nk)
 {
-    if (t->dtype != FA_F32) return 0;
-    return !p->block_table || j0 / p->page_size == (j0 + nk - 1) / p->page_size;
+    return t->dtype == FA_F32 && one_stride(p, j0, nk);
 }
 
 /* Key j0's row of KV head hk in an fp32 t. */
@@ -256,11 +262,19 @@ static void pv(const dec_geom *g, const dec_scratch *w, const float *s, const fl
 /* S^T [nk][ldq] of KV head hk's rows against the block's keys, as S = Q K^T on K^T:
    the product's columns are then the keys (whole vectors) rather than the few rows of a
    decode call (S^T = K Q^T with 4 rows fills a quarter of an AVX-512 vector); the two
-   transposes are passes over L1/L2 data. k: the block's K rows of head hk, ld apart. */
-static void scores(const dec_geom *g, dec_scratch *w, int64_t hk, const float *k, int64_t ld,
-                   int nk, float *s)
+   transposes are passes over L1/L2 data. k: the block's K rows of head hk, ld apart
+   (fp32; 16-bit rows straight from the cache with kt16). */
+static void scores(const dec_geom *g, dec_scratch *w, int64_t hk, const void *k, int64_t ld,
+                   int kt16, int nk, float *s)
 {
-    fa_cpu_transpose_f32(g->K, w->kt, g->ldb, k, ld, nk, g->dqk);
+#ifdef FA_HAVE_AVX512
+    if (kt16)
+        fa_cpu_decode_kt16_avx512(w->kt, g->ldb, (const uint16_t *)k, ld, nk, g->dqk,
+                                  g->p->k.dtype == FA_F16);
+    else
+#endif
+        fa_cpu_transpose_f32(g->K, w->kt, g->ldb, (const float *)k, ld, nk, g->dqk);
+    (void)kt16;
     g->K->gemm_rowA((int)g->nr, nk, (int)g->dqk, w->qr + hk * g->nr * g->ldk, g->ldk, w->kt,
                     g->ldb, w->sr, g->ldb, 0);
     fa_cpu_transpose_f32(g->K, s, g->ldq, w->sr, g->ldb, (int)g->nr, nk);
@@ -283,13 +297,15 @@ static void run_task(const dec_geom *g, int64_t b, int split, dec_scratch *w, fl
         for (int r = 0; r < nr && full; r++)
             if (w->lo[r] > jb || w->hi[r] < jb + nk) full = 0;
         int kdir = direct_rows(p, &p->k, jb, nk), vdir = full && direct_rows(p, &p->v, jb, nk);
-        load_rows(g, &p->k, g->dqk, g->ldk, &sq, b, jb, nk, j1, kdir ? NULL : w->kc, 0);
+        int k16 = g->kt16 && one_stride(p, jb, nk);
+        load_rows(g, &p->k, g->dqk, g->ldk, &sq, b, jb, nk, j1, kdir || k16 ? NULL : w->kc, 0);
         for (int64_t hk = 0; hk < g->hkv; hk++) {
             float *s = w->s + hk * g->bk * ldq, *m = mine + step * hk + g->nr * g->ldv;
-            if (kdir)
-                scores(g, w, hk, row_f32(p, &p->k, &sq, b, jb, hk), p->k.stride[1], nk, s);
+            if (kdir || k16)
+                scores(g, w, hk, kv_row(p, &p->k, &sq, b, jb, hk, fa_dtype_size(p->k.dtype)),
+                       p->k.stride[1], k16, nk, s);
             else
-                scores(g, w, hk, w->kc + hk * g->bk * g->ldk, g->ldk, nk, s);
+                scores(g, w, hk, w->kc + hk * g->bk * g->ldk, g->ldk, 0, nk, s);
             if (g->slow)
                 fa_cpu_score_pass(p, &sq, b, s, nk, nr, ldq, jb, w->hr + hk * ldq, w->ir, NULL);
             if (!full) fa_cpu_mask_pass(s, nk, nr, ldq, jb, w->lo, w->hi);
@@ -362,6 +378,7 @@ fa_status fa_cpu_decode(fa_context *ctx, const fa_problem *p)
     g.bk = block_keys(p, g.ldk, g.ldv);
     g.ldb = fa_cpu_ld(g.bk);
     g.nsplit = fa_cpu_decode_splits(p);
+    g.kt16 = st->isa >= FA_CPU_AVX512 && (p->k.dtype == FA_BF16 || p->k.dtype == FA_F16);
     g.slow = fa_cpu_slow_scores(p);
     g.sc = g.slow ? 1.0f : p->scale;
     g.partsz = fa_sz_pad(fa_sz_add(fa_sz_mul(g.nr, g.ldv, &ovf), 2 * g.ldq, &ovf), &ovf);
