@@ -10,7 +10,7 @@
  * dtypes), check.c (the check column, through liboracle), naive.c (naive and unfused BLAS rungs, forward and backward), peak.c (FMA-throughput
  * ceiling), measure.c (clocks, RSS, perf counters, IO model), rungs.c (one measurement:
  * create, check, time), sweeps.c (the CPU sections: ladder, tiles, seqlen, CPU sweep),
- * gpu.c (the device's description and the GPU sweep), report.c (progress, results, table
+ * gpu.c (the device's description and the GPU sweep), decode.c (--mode decode), report.c (progress, results, table
  * and CSV), plot.c (SVG and gnuplot), cudrv.c (the CUDA driver API through dlopen, and the
  * problem in device memory).
  *
@@ -178,6 +178,7 @@ typedef struct {
     int    quick, full;
     int    sweep_only;                     /* --sweep-only: the sweep runs only R->sh   */
     int    mode_ladder, mode_tiles, mode_seqlen, mode_sweep;
+    int    mode_decode;                    /* --mode decode: decode.c only              */
     int    csv_stdout;
     const char *out_dir;
     int    check_rows;
@@ -222,6 +223,9 @@ void   sweep_ladder(bench_run *R);
 void   sweep_tiles(bench_run *R);
 void   sweep_seqlen(bench_run *R);
 void   sweep_full(bench_run *R);
+
+/* decode.c: the decode cells on stdout (f); 1 when a check failed */
+int    decode_bench(bench_run *R, FILE *f);
 
 /* gpu.c */
 int    sweep_count_gpu(const bench_run *R);

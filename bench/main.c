@@ -179,6 +179,11 @@ int main(int argc, char **argv)
 
     progress(&R, "machine: memory hierarchy and tiles (fa_context_describe)");
     int have_cuda = describe_machine(&R, info);
+    if (R.mode_decode) {
+        int failed = decode_bench(&R, info);
+        fprintf(info, "total run time %.1f s\n", now_s() - t_start);
+        return failed;
+    }
     if (R.gpu_sweep && !have_cuda) {
         fprintf(stderr, "flashattn-bench: the GPU sweep needs the CUDA backend (exit status 3)\n");
         return 3;

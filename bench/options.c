@@ -43,7 +43,10 @@ static void usage(FILE *f)
 "                         and a paged KV cache); with --backend cuda it is the GPU sweep\n"
 "                         (bf16 and fp16, d 64/128/256, S 512..16k, causal and not, 16k\n"
 "                         tokens per call, H = 2048/d), in which --dtype, --headdim,\n"
-"                         --seqlen and --causal, when given, pick the cells\n"
+"                         --seqlen and --causal, when given, pick the cells. decode:\n"
+"                         fa_forward_kvcache, 1 new token, GQA 32:8, d 128, B=8 x 8k and\n"
+"                         B=1 x 64k, f32 and bf16: KV bytes read per second against a\n"
+"                         read loop in the same run (not part of all)\n"
 "  --forward-only         no backward rungs or cells\n"
 "  --threads N            threads for every rung (default 0 = all cores)\n"
 "  --tiles BQxBKV         fa_context_set_tiles(block_q, block_kv); 0 = automatic\n"
@@ -135,7 +138,7 @@ static int parse_one(bench_run *R, int c, const char *v, const char **mode, int 
 {
     static const char *const backends[] = { "all", "naive", "blas", "reference", "cpu", "cuda", 0 };
     static const char *const isas[] = { "generic", "avx2", "avx512", "amx", 0 };
-    static const char *const modes[] = { "ladder", "tiles", "seqlen", "sweep", "all", 0 };
+    static const char *const modes[] = { "ladder", "tiles", "seqlen", "sweep", "decode", "all", 0 };
     long a, b;
     switch (c) {
     case O_BACKEND:
@@ -184,7 +187,7 @@ static int parse_one(bench_run *R, int c, const char *v, const char **mode, int 
         return 0;
     case O_MODE:
         if (!one_of(v, modes))
-            return bad("--mode '%s': expected ladder, tiles, seqlen, sweep or all", v);
+            return bad("--mode '%s': expected ladder, tiles, seqlen, sweep, decode or all", v);
         *mode = v;
         return 0;
     case O_FORMAT:
@@ -250,6 +253,7 @@ int bench_parse_args(bench_run *R, int argc, char **argv)
     R->mode_tiles = all || !strcmp(mode, "tiles");
     R->mode_seqlen = all || !strcmp(mode, "seqlen");
     R->mode_sweep = ((all && R->full) || !strcmp(mode, "sweep")) && !R->gpu_sweep;
+    R->mode_decode = !strcmp(mode, "decode");
     if (R->gpu_sweep && sweep_count_gpu(R) == 0)
         return bad("%s", "no cell of the GPU sweep has the --dtype, --headdim, --seqlen and "
                    "--causal given (d 64/128/256, S 512..16384)");

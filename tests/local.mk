@@ -25,9 +25,9 @@ TESTS_LDADD = libflashattn.la tests/oracle/liboracle.la $(CHECK_LIBS) -lm
 
 check_PROGRAMS += tests/test_oracle tests/test_api tests/test_forward tests/test_backward \
 	tests/test_varlen_kvcache tests/test_bad_input tests/test_edge_calls tests/test_determinism \
-	tests/test_combine tests/test_big
+	tests/test_combine tests/test_big tests/test_decode
 # Slowest first so that make -j2 check overlaps them best.
-TESTS += tests/test_forward tests/test_backward tests/test_varlen_kvcache \
+TESTS += tests/test_forward tests/test_backward tests/test_varlen_kvcache tests/test_decode \
 	tests/test_determinism tests/test_bad_input tests/test_edge_calls tests/test_combine tests/test_api \
 	tests/test_oracle tests/test_big tests/amx_emulated.sh
 EXTRA_DIST += tests/amx_emulated.sh
@@ -47,6 +47,9 @@ tests_test_backward_LDADD = $(TESTS_LDADD)
 tests_test_varlen_kvcache_SOURCES = tests/test_varlen_kvcache.c $(TESTS_COMMON)
 tests_test_varlen_kvcache_CFLAGS = $(TESTS_CFLAGS)
 tests_test_varlen_kvcache_LDADD = $(TESTS_LDADD)
+tests_test_decode_SOURCES = tests/test_decode.c $(TESTS_COMMON)
+tests_test_decode_CFLAGS = $(TESTS_CFLAGS)
+tests_test_decode_LDADD = $(TESTS_LDADD)
 tests_test_bad_input_SOURCES = tests/test_bad_input.c $(TESTS_COMMON)
 tests_test_bad_input_CFLAGS = $(TESTS_CFLAGS)
 tests_test_bad_input_LDADD = $(TESTS_LDADD)

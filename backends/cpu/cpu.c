@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "backward.h"
+#include "decode.h"
 #include "forward.h"
 #include "kernels.h"
 #include "state.h"
@@ -235,9 +236,20 @@ static void cpu_describe(const fa_context *ctx, char *buf, size_t len)
 /* Kernel names: static strings, [isa][bwd][dtype][variant]; variant bit 0: per-score
    pipeline in scalar C (softcap/ALiBi/bias/negative scale), bit 1: split-KV (forward) */
 static char names[4][2][6][4][128];
+/* The decode path (decode.c): [isa][dtype][split-kv]; and the forward's names with the
+   reason a decode-shaped call stays on the loop nest: [isa][dtype][variant][reason]. */
+static char dec_names[4][3][2][128];
+static char dec_fallback[4][6][4][FA_CPU_DECODE_NREASONS][224];
 static pthread_once_t names_once = PTHREAD_ONCE_INIT;
 static void names_init(void)
 {
+    static const char *ddt[] = { "fp32", "fp16", "bf16" };
+    for (int i = 0; i < 4; i++)
+        for (int t = 0; t < 3; t++)
+            for (int v = 0; v < 2; v++)
+                snprintf(dec_names[i][t][v], sizeof dec_names[i][t][v],
+                         "cpu/%s %s decode (query heads of a KV group packed, K/V read once"
+                         " per pass%s)", isa_names[i], ddt[t], v ? ", split-kv" : "");
     static const char *dt[] = { "fp32", "fp16 (converted, fp32 kernels)",
                                 "bf16 (converted, fp32 kernels)", "bf16 (vdpbf16ps dot products)",
                                 "bf16 (AMX tiles, fp32 accumulation)",
@@ -250,13 +262,26 @@ static void names_init(void)
                              isa_names[i], dt[t], b ? "backward" : "forward",
                              v & 2 ? ", split-kv" : "",
                              v & 1 ? ", scalar score pipeline (softcap/alibi/bias; slower)" : "");
+    for (int i = 0; i < 4; i++)
+        for (int t = 0; t < 6; t++)
+            for (int v = 0; v < 4; v++)
+                for (int r = FA_CPU_DECODE_BIAS; r < FA_CPU_DECODE_NREASONS; r++)
+                    snprintf(dec_fallback[i][t][v][r], sizeof dec_fallback[i][t][v][r],
+                             "%s; not the decode path: %s", names[i][0][t][v],
+                             fa_cpu_decode_reason(r));
 }
 
 static fa_status cpu_query(fa_context *ctx, const fa_problem *p, int backward, const char **name)
 {
     const fa_cpu_state *st = (const fa_cpu_state *)ctx->impl;
     pthread_once(&names_once, names_init);
-    int v = 0;
+    int v = 0, dec = backward ? FA_CPU_DECODE_SHAPE : fa_cpu_decode_why(p);
+    if (dec == FA_CPU_DECODE_OK) {
+        int t = p->k.dtype == FA_F16 ? 1 : p->k.dtype == FA_BF16 ? 2 : 0;
+        *name = dec_names[st->isa == FA_CPU_AMX ? FA_CPU_AVX512 : st->isa][t]
+                         [fa_cpu_decode_splits(p) > 1];
+        return FA_OK;
+    }
     if (p->softcap > 0.0f || p->alibi || p->has_bias || !(p->scale > 0.0f)) v |= 1;
     if (!backward) {
         int bq, bkv;
@@ -274,7 +299,8 @@ static fa_status cpu_query(fa_context *ctx, const fa_problem *p, int backward, c
         t = 4;
         isa = FA_CPU_AMX;
     } else if (t == 2 && !backward && st->bf16dot) t = 3;
-    *name = names[isa][backward ? 1 : 0][t][v];
+    *name = dec != FA_CPU_DECODE_SHAPE ? dec_fallback[isa][t][v][dec]
+                                       : names[isa][backward ? 1 : 0][t][v];
     return FA_OK;
 }
 

@@ -23,6 +23,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "decode.h"
 #include "forward.h"
 #include "forward_task.h"
 #include "scratch.h"
@@ -285,6 +286,7 @@ fa_status fa_cpu_forward(fa_context *ctx, const fa_problem *p)
     /* No row of out or lse: nothing to write. Return before anything is sized from the
        head dims or lengths, which are unbounded when a dimension is 0. */
     if (fa_forward_is_empty(p)) return FA_OK;
+    if (fa_cpu_decode_why(p) == FA_CPU_DECODE_OK) return fa_cpu_decode(ctx, p);
     int bq, bkv;
     fa_cpu_tiles(ctx, 0, p->dqk, p->dv, &bq, &bkv, NULL, 0);
     int64_t nb = count_blocks(p, bq, NULL);

@@ -48,7 +48,7 @@ static inline __attribute__((always_inline)) void tr16x16(__m512i *v)
 }
 
 /* dst[c*ldd + r] = src[r*lds + c] (32-bit words), r < rows, c < cols. */
-static void fa_tr32_512(uint32_t *dst, int64_t ldd, const uint32_t *src, int64_t lds, int rows, int cols)
+static inline void fa_tr32_512(uint32_t *dst, int64_t ldd, const uint32_t *src, int64_t lds, int rows, int cols)
 {
     int r0 = 0;
     for (; r0 + 16 <= rows; r0 += 16) {

@@ -5,6 +5,7 @@ libflashattn_la_SOURCES += \
 	backends/cpu/cpu.c backends/cpu/state.h backends/cpu/threads.c backends/cpu/threads.h \
 	backends/cpu/tiles.c backends/cpu/tiles.h backends/cpu/forward.c backends/cpu/forward.h \
 	backends/cpu/forward_task.c backends/cpu/forward_task.h \
+	backends/cpu/decode.c backends/cpu/decode.h backends/cpu/decode_kernels.h \
 	backends/cpu/backward.c backends/cpu/backward.h backends/cpu/backward_qside.c \
 	backends/cpu/backward_qside.h backends/cpu/backward_task.c backends/cpu/backward_task.h \
 	backends/cpu/scratch.h \
@@ -24,7 +25,8 @@ endif
 if HAVE_AVX512
 noinst_LTLIBRARIES += backends/cpu/libfa_cpu_avx512.la
 backends_cpu_libfa_cpu_avx512_la_SOURCES = backends/cpu/kernels_avx512.c backends/cpu/kernels_simd.h \
-	backends/cpu/kernels_exp.h backends/cpu/kernels_shared512.h
+	backends/cpu/kernels_exp.h backends/cpu/kernels_shared512.h backends/cpu/decode_avx512.c \
+	backends/cpu/decode_kernels.h
 backends_cpu_libfa_cpu_avx512_la_CFLAGS = $(AM_CFLAGS) $(FA_AVX512_CFLAGS)
 libflashattn_la_LIBADD += backends/cpu/libfa_cpu_avx512.la
 endif
