@@ -27,7 +27,7 @@ gcc -O2 -Wall -Wextra -I"$S/include" -I"$S/lib" -I"$CU/include" "$TC/stress_cuda
 # would take more than half of what the device tool carries.
 cfg=$(mktemp -d)
 sed '/define FA_HAVE_BLAS/d' "$B/config.h" > "$cfg/config.h"
-gcc -O2 -fopenmp -pthread -I"$cfg" -I"$S/include" -I"$OR" "$S"/bench/*.c $ORSRC -o "$D/flashattn-bench" \
+gcc -O2 -fopenmp -pthread -I"$cfg" -I"$S/include" -I"$S/lib" -I"$OR" "$S"/bench/*.c $ORSRC -o "$D/flashattn-bench" \
   -L"$B/.libs" -lflashattn -ldl -lm -Wl,-rpath,'$ORIGIN'
 rm -r "$cfg"
 cp -L "$B/.libs/libflashattn.so.0" "$D/"   # a file, not a link: what the programs load
