@@ -148,7 +148,9 @@ __device__ __forceinline__ void fa_row_end(const fa_cu_fwd &p, int h, float m, f
         const float em = m == -INFINITY ? 0.f : fa_exp2(m - M);
         l = l * em + fa_exp2(sk2 - M);
         fac = em / l;
-        lse = M * FA_LN2 + logf(l);
+        /* a row that saw no key: lse is the sink logit itself, not its round trip
+           through base 2 */
+        lse = m == -INFINITY ? p.sinks[h] : M * FA_LN2 + logf(l);
     } else if (m == -INFINITY || l == 0.f) {
         fac = 0.f;
         lse = -INFINITY;
