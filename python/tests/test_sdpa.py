@@ -110,8 +110,10 @@ def test_values_and_grads(device, case):
         R.check(name, g.detach(), o, n, torch.float32, factor=2.0 if name == "out" else 3.0)
     if TORCH_SDPA is not None and not (kw["is_causal"] and mask is not None) and (
             TORCH_GQA or not kw["enable_gqa"]):
-        theirs = TORCH_SDPA(q.detach(), k.detach(), v.detach(), **{
-            a: b for a, b in kw.items() if b is not None and b is not False})
+        args = {a: b for a, b in kw.items() if b is not None and b is not False}
+        if "attn_mask" in args:   # torch's CUDA kernels want a mask with unit last stride
+            args["attn_mask"] = args["attn_mask"].contiguous()
+        theirs = TORCH_SDPA(q.detach(), k.detach(), v.detach(), **args)
         R.check("out vs torch", out.detach(), oracle[0], theirs, torch.float32)
 
 
