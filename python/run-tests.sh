@@ -31,6 +31,17 @@ if [ -n "$missing" ]; then
   echo "  install them with tools/install-deps.sh (Debian: python3-torch python3-numpy python3-pytest)"
   exit 1
 fi
+# A library built with --enable-sanitizers needs the ASan runtime loaded before anything
+# else in the (uninstrumented) interpreter: preload it, and leave leak checking off, since
+# the interpreter keeps its own allocations to the end. Memory errors and undefined
+# behaviour in the library still stop the run.
+asan=$(ldd "$lib" 2>/dev/null | awk '/libasan\.so/ {print $3; exit}')
+if [ -n "$asan" ]; then
+  LD_PRELOAD="$asan${LD_PRELOAD:+ $LD_PRELOAD}"
+  ASAN_OPTIONS="detect_leaks=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+  export LD_PRELOAD ASAN_OPTIONS
+  echo "python/run-tests.sh: sanitizer build: LD_PRELOAD=$asan, leak checking off"
+fi
 echo "python/run-tests.sh: $py ($("$py" -c 'import torch; print("torch", torch.__version__)')), FLASHATTN_LIB=$lib"
 FLASHATTN_LIB=$lib PYTHONDONTWRITEBYTECODE=1 exec "$py" -m pytest "$here/tests" -q -rs \
   -p no:cacheprovider
