@@ -7,18 +7,6 @@
 
 #include "oracle.h"
 
-static double max_abs(const double *x, int64_t n)
-{
-    double m = 0.0;
-    for (int64_t i = 0; i < n; i++) if (isfinite(x[i]) && fabs(x[i]) > m) m = fabs(x[i]);
-    return m;
-}
-
-static fa_dtype coarser(fa_dtype a, fa_dtype b)
-{
-    return or_eps(a) >= or_eps(b) ? a : b;
-}
-
 int64_t or_count(const or_oracle *o, or_tensor t)
 {
     const or_problem *p = &o->p;
@@ -74,7 +62,7 @@ static double grad_flush(const or_oracle *o)
     const double sc = fabs(p->scale) > 1.0 ? fabs(p->scale) : 1.0;
     return (double)(o->skmax > o->sqmax ? o->skmax : o->sqmax) * 0x1p-126 *
         (sc * (double)p->dv * o->domax *
-         (o->vmax * dropk + max_abs(o->out, or_count(o, OR_OUT))) *
+         (o->vmax * dropk + or_max_abs(o->out, or_count(o, OR_OUT))) *
          (o->qkmax > 1.0 ? o->qkmax : 1.0) + o->domax * dropk);
 }
 
@@ -114,16 +102,16 @@ static void setting_out(const or_oracle *o, or_setting *s)
 static void setting_grad(const or_oracle *o, or_tensor t, or_setting *s)
 {
     const or_problem *p = &o->p;
-    double gref = max_abs(o->dq, or_count(o, OR_DQ)), m;
-    if ((m = max_abs(o->dk, or_count(o, OR_DK))) > gref) gref = m;
-    if ((m = max_abs(o->dv, or_count(o, OR_DV))) > gref) gref = m;
+    double gref = or_max_abs(o->dq, or_count(o, OR_DQ)), m;
+    if ((m = or_max_abs(o->dk, or_count(o, OR_DK))) > gref) gref = m;
+    if ((m = or_max_abs(o->dv, or_count(o, OR_DV))) > gref) gref = m;
     s->odt = p->odt; s->factor = 3.0; s->ref_mag = gref;
     s->floor_ulps = 1.0 + (2.0 + sqrt((double)p->dv)) * (fabs(p->scale) > 1.0 ? fabs(p->scale) : 1.0) *
                           or_eps(FA_F32) / or_eps(p->odt);
     double terms;
-    if (t == OR_DQ) { s->orc = o->dq; s->naive = o->n_dq; terms = max_abs(o->t_q, or_count(o, OR_DQ)); }
-    else if (t == OR_DK) { s->orc = o->dk; s->naive = o->n_dk; terms = max_abs(o->t_k, or_count(o, OR_DK)); }
-    else { s->orc = o->dv; s->naive = o->n_dv; terms = sqrt(max_abs(o->t_v, or_count(o, OR_DV))); }
+    if (t == OR_DQ) { s->orc = o->dq; s->naive = o->n_dq; terms = or_max_abs(o->t_q, or_count(o, OR_DQ)); }
+    else if (t == OR_DK) { s->orc = o->dk; s->naive = o->n_dk; terms = or_max_abs(o->t_k, or_count(o, OR_DK)); }
+    else { s->orc = o->dv; s->naive = o->n_dv; terms = sqrt(or_max_abs(o->t_v, or_count(o, OR_DV))); }
     s->term_floor = or_eps(FA_F32) * terms + grad_flush(o);
 }
 
@@ -140,10 +128,10 @@ static void setting_dsinks(const or_oracle *o, or_setting *s)
 {
     const or_problem *p = &o->p;
     const double nq = (double)p->nq;
-    s->orc = o->ds; s->naive = o->n_ds; s->odt = coarser(p->dt, p->odt);
+    s->orc = o->ds; s->naive = o->n_ds; s->odt = or_coarser(p->dt, p->odt);
     s->factor = 3.0; s->ref_mag = o->ds_rss; s->floor_ulps = 1.0;
     const double dsflush = nq * (double)p->dv * o->domax *
-                           (0x1p-126 * max_abs(o->out, or_count(o, OR_OUT)) + out_flush(o));
+                           (0x1p-126 * or_max_abs(o->out, or_count(o, OR_OUT)) + out_flush(o));
     const double dssum = (nq > 1 ? nq - 1 : 0) * 0x1p-24 * o->ds_l1;
     s->term_floor = dsflush + dssum;
 }
@@ -229,7 +217,7 @@ int or_check(const or_oracle *o, or_tensor t, const double *ours, or_result *r)
     fa_dtype in_dt = p->dt;
     double ref_mag = s.ref_mag;
     if (o->smax > 1.0) {
-        double m = max_abs(s.orc, n);
+        double m = or_max_abs(s.orc, n);
         if (ref_mag < m) ref_mag = m;
         ref_mag *= o->smax * or_eps(p->dt) / or_eps(s.odt);
         in_dt = FA_F16;

@@ -118,5 +118,9 @@ int or_tol_plain(const double *ours, const double *orc, const double *naive, int
                  fa_dtype in_dt, fa_dtype odt, double factor, or_cmp *r);
 /* Unit roundoff x 2 of a dtype: 2^-10 (f16), 2^-7 (bf16), 2^-23 (f32). */
 double or_eps(fa_dtype t);
+/* The coarser of two dtypes (larger or_eps): the precision a result passed through. */
+fa_dtype or_coarser(fa_dtype a, fa_dtype b);
+/* max |x[i]| over the finite elements of x (0 when there is none). */
+double or_max_abs(const double *x, int64_t n);
 
 #endif

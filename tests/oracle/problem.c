@@ -14,19 +14,6 @@ static double *dalloc(int64_t n, int *fail)
     return x;
 }
 
-static double max_abs(const double *x, int64_t n)
-{
-    double m = 0.0;
-    for (int64_t i = 0; i < n; i++) if (isfinite(x[i]) && fabs(x[i]) > m) m = fabs(x[i]);
-    return m;
-}
-
-/* The coarser of two dtypes: the precision the data of a result passed through. */
-static fa_dtype coarser(fa_dtype a, fa_dtype b)
-{
-    return or_eps(a) >= or_eps(b) ? a : b;
-}
-
 /* Two same-precision models: keep in a[x] whichever of a[x], b[x] is farther from the
    oracle o[x] (the naive error is the larger of theirs: P's roundings to a half dtype fall
    in different places in a plain and in a flash-style implementation, and a row with few
@@ -161,7 +148,7 @@ static int slice_forward(or_oracle *o, slice *sl, double *oo, double *to_sp, dou
     put_lse(p, o->n_lse, tl, sl);
     /* out's term floor, and out's and lse's terms per row for dsinks' */
     or_forward_terms(s, sl->q, sl->k, sl->v, oo, t_o, t_l);
-    sl->oterm = max_abs(t_o, n);
+    sl->oterm = or_max_abs(t_o, n);
     put_heads(o->tout, t_o, r0, s->sq, p->hq, sl->h0, G, dv);
     put_lse(p, o->tlse, t_l, sl);
     /* the sizes behind the flush floors */
@@ -211,7 +198,7 @@ static int slice_backward(or_oracle *o, slice *sl, const double *oo, const doubl
     /* D's terms at the rounding of out as stored: one odt ulp per fp32 ulp when out is
        coarser than fp32 */
     or_backward_terms(s, sl->q, sl->k, sl->v, oo, sl->dout, t_l,
-                      or_eps(coarser(FA_F32, p->odt)) / or_eps(FA_F32), gq, gk, gv, gq2, gk2);
+                      or_eps(or_coarser(FA_F32, p->odt)) / or_eps(FA_F32), gq, gk, gv, gq2, gk2);
     /* P's own roundoff, the root of its squares, joins the terms' floor */
     for (int64_t x = 0; x < nq; x++) gq[x] += sqrt(gq2[x]);
     for (int64_t x = 0; x < nk; x++) gk[x] += sqrt(gk2[x]);
@@ -277,7 +264,7 @@ static void dsinks_sizes(or_oracle *o)
 {
     const or_problem *p = &o->p;
     const int64_t H = p->hq, dv = p->dv;
-    const fa_dtype ds_dt = coarser(p->dt, p->odt);
+    const fa_dtype ds_dt = or_coarser(p->dt, p->odt);
     for (int64_t h = 0; h < H; h++) {
         double ss = 0.0, ss2 = 0.0, sl1 = 0.0;
         for (int64_t b = 0; b < p->nseq; b++) {

@@ -13,6 +13,18 @@ double or_eps(fa_dtype t)
     }
 }
 
+fa_dtype or_coarser(fa_dtype a, fa_dtype b)
+{
+    return or_eps(a) >= or_eps(b) ? a : b;
+}
+
+double or_max_abs(const double *x, int64_t n)
+{
+    double m = 0.0;
+    for (int64_t i = 0; i < n; i++) if (isfinite(x[i]) && fabs(x[i]) > m) m = fabs(x[i]);
+    return m;
+}
+
 int or_tol_plain(const double *ours, const double *orc, const double *naive, int64_t n,
                  fa_dtype in_dt, fa_dtype odt, double factor, or_cmp *r)
 {
