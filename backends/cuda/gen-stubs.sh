@@ -20,6 +20,7 @@ case $fam in
   fp32_simt_fwd)     h=fp32/simt.cuh;         m=FA_F32_FWD_INSTANTIATE ;;
   fp32_simt_bwd)     h=fp32/simt.cuh;         m=FA_F32_BWD_INSTANTIATE ;;
   fp32_tf32x3_fwd)   h=fp32/tf32x3.cuh;       m=FA_TF32_FWD_INSTANTIATE ;;
+  decode)            h=decode/decode.cuh;     m=FA_DECODE_INSTANTIATE ;;
   *) echo "gen-stubs.sh: unknown kernel family '$fam' in $out" >&2; exit 1 ;;
 esac
 case $d in

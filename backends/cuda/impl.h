@@ -68,7 +68,7 @@ int aligned16(const fa_tensor *t);
 const char *dtname(fa_dtype t);
 
 /* plan_forward.cu: the forward kernels fwd_plan chooses between */
-enum { FWD_GENERAL, FWD_FAST, FWD_SM90, FWD_F32_SIMT, FWD_F32_TF32, FWD_SM90WS };
+enum { FWD_GENERAL, FWD_FAST, FWD_SM90, FWD_F32_SIMT, FWD_F32_TF32, FWD_SM90WS, FWD_DECODE };
 fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, int *D, int64_t *blocks, int *fast);
 fa_status cuda_forward(fa_context *ctx, const fa_problem *p);
 

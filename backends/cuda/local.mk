@@ -8,7 +8,7 @@
 # The kernels are instantiated by stubs, one per kernel family and head-dim class, written
 # into the build tree by gen-stubs.sh (build outputs, never distributed): per arch in
 # NVCC_GENCODE 12 sm80 forward (fast and general) and 6 sm80 backward kernels (fp16/bf16 x
-# classes 64/128/256), 6 fp32 FMA and 2 3xTF32 kernels; for sm_90a alone 12 Hopper forward
+# classes 64/128/256), 6 fp32 FMA and 2 3xTF32 kernels, 6 decode kernels (decode/); for sm_90a alone 12 Hopper forward
 # and 10 Hopper backward kernels. One file per family and class so that make -j2 compiles
 # two at once; the longest first.
 FA_CUDA_STUBS = backends/cuda/gen/sm80_forward_fast_d256.cu backends/cuda/gen/sm80_forward_fast_d128.cu \
@@ -18,7 +18,8 @@ FA_CUDA_STUBS = backends/cuda/gen/sm80_forward_fast_d256.cu backends/cuda/gen/sm
 	backends/cuda/gen/sm80_backward_d64.cu backends/cuda/gen/sm80_forward_d64.cu \
 	backends/cuda/gen/fp32_simt_fwd_d256.cu backends/cuda/gen/fp32_simt_fwd_d128.cu backends/cuda/gen/fp32_simt_fwd_d64.cu \
 	backends/cuda/gen/fp32_simt_bwd_d256.cu backends/cuda/gen/fp32_simt_bwd_d128.cu backends/cuda/gen/fp32_simt_bwd_d64.cu \
-	backends/cuda/gen/fp32_tf32x3_fwd_d128.cu backends/cuda/gen/fp32_tf32x3_fwd_d64.cu
+	backends/cuda/gen/fp32_tf32x3_fwd_d128.cu backends/cuda/gen/fp32_tf32x3_fwd_d64.cu \
+	backends/cuda/gen/decode_d256.cu backends/cuda/gen/decode_d128.cu backends/cuda/gen/decode_d64.cu
 # The Hopper kernels: compiled for sm_90a only (NVCC_SM90A_FLAGS, from configure).
 FA_CUDA_SM90_STUBS = backends/cuda/gen/sm90_forward_d256.cu backends/cuda/gen/sm90_forward_d128.cu \
 	backends/cuda/gen/sm90_forward_d64.cu \
@@ -36,7 +37,9 @@ FA_CUDA_HDR = backends/cuda/impl.h backends/cuda/kernels.h backends/cuda/params.
 	backends/cuda/sm90/forward_ws.cuh backends/cuda/sm90/backward_parts.cuh backends/cuda/sm90/backward.cuh \
 	backends/cuda/sm90/backward_ws.cuh \
 	backends/cuda/fp32/tiles.h backends/cuda/fp32/common.cuh backends/cuda/fp32/simt.cuh backends/cuda/fp32/tf32x3.cuh
-EXTRA_DIST += $(FA_CUDA_SRC) $(FA_CUDA_HDR) backends/cuda/gen-stubs.sh backends/cuda/gen_wgmma.py \
+# The decode kernel's headers: only its stubs and plan_forward.cu depend on them.
+FA_CUDA_DECODE_HDR = backends/cuda/decode/decode.h backends/cuda/decode/decode.cuh
+EXTRA_DIST += $(FA_CUDA_SRC) $(FA_CUDA_HDR) $(FA_CUDA_DECODE_HDR) backends/cuda/gen-stubs.sh backends/cuda/gen_wgmma.py \
 	backends/cuda/nvcc-lt.sh tests/cuda/test_cuda.c
 CLEANFILES += $(FA_CUDA_STUBS) $(FA_CUDA_SM90_STUBS)
 
@@ -54,7 +57,7 @@ FA_NVCC_LT = $(LIBTOOL) $(AM_V_lt) --tag=CC --mode=compile $(SHELL) \
 
 if BUILD_CUDA
 pkglib_LTLIBRARIES = backends/cuda/flashattn_cuda.la
-backends_cuda_flashattn_cuda_la_SOURCES = $(FA_CUDA_SRC) $(FA_CUDA_HDR)
+backends_cuda_flashattn_cuda_la_SOURCES = $(FA_CUDA_SRC) $(FA_CUDA_HDR) $(FA_CUDA_DECODE_HDR)
 nodist_backends_cuda_flashattn_cuda_la_SOURCES = $(FA_CUDA_STUBS) $(FA_CUDA_SM90_STUBS)
 backends_cuda_flashattn_cuda_la_LDFLAGS = -module -avoid-version -shared -no-undefined
 backends_cuda_flashattn_cuda_la_LIBADD = -L$(CUDA_HOME)/lib64 -lcudart_static -lrt -ldl -lpthread -lstdc++
@@ -67,4 +70,6 @@ $(FA_CUDA_SM90_STUBS:.cu=.lo): $(FA_CUDA_SM90_STUBS)
 # No automatic dependency tracking for .cu: every object depends on every CUDA header.
 $(FA_CUDA_SRC:.cu=.lo) $(FA_CUDA_STUBS:.cu=.lo) $(FA_CUDA_SM90_STUBS:.cu=.lo): $(FA_CUDA_HDR) \
 	$(top_srcdir)/lib/problem.h $(top_srcdir)/lib/philox.h $(top_srcdir)/lib/backend.h $(top_srcdir)/include/flashattn.h
+backends/cuda/plan_forward.lo backends/cuda/gen/decode_d256.lo backends/cuda/gen/decode_d128.lo \
+	backends/cuda/gen/decode_d64.lo: $(FA_CUDA_DECODE_HDR)
 endif

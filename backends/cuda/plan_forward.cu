@@ -1,10 +1,40 @@
 /* plan_forward.cu - the forward on the CUDA module: which kernel serves a call (fwd_plan:
- * fp32 -> tf32x3 or simt; fp16/bf16 with bias, ALiBi, softcap or dropout -> the general
- * sm80 kernel; else the fast sm80 kernel, on compute capability 9.0 the warp-specialized
- * Hopper forward, paged caches the first Hopper forward), the split-KV decision, the
- * launch and the merge of the splits.
+ * fp16/bf16 with at most 16 query rows per sequence and at most 64 per KV group, dense or
+ * KV cache, no bias or dropout -> the decode kernel; fp32 -> tf32x3 or simt; fp16/bf16
+ * with bias, ALiBi, softcap or dropout -> the general sm80 kernel; else the fast sm80
+ * kernel, on compute capability 9.0 the warp-specialized Hopper forward, paged caches the
+ * first Hopper forward), the split-KV decision, the launch and the merge of the splits.
  */
 #include "impl.h"
+#include "decode/decode.h"
+
+/* Why the decode kernel (decode/decode.h) does not serve p, or NULL when it does. */
+static const char *decode_why(const cuda_impl *im, const fa_problem *p, int D)
+{
+    const int64_t sq = p->q.shape[1];
+    return p->q.dtype == FA_F32 ? "fp32" : p->layout == FA_LAYOUT_VARLEN ? "varlen" : p->has_bias ? "bias"
+           : p->dropout_p > 0.f ? "dropout" : sq < 1 || sq > FA_DEC_MAX_SQ ? "more than 16 query rows per sequence"
+           : p->group * sq > FA_DEC_MAX_ROWS ? "more than 64 query rows per KV head"
+           : fa_dec_smem(D, fa_dec_wm((int)(p->group * sq))) > im->smem_optin ? "shared memory" : NULL;
+}
+
+/* KV splits of the decode kernel: none when batch x KV heads fills the SMs; else enough
+   for two blocks per SM, each split at least two 64-key chunks. FA_CUDA_DECODE_SPLITS=n
+   (a test hook, docs/testing.md) forces n (1..FA_CU_MAX_PARTS). */
+static int decode_splits(const cuda_impl *im, const fa_problem *p)
+{
+    const char *force = getenv("FA_CUDA_DECODE_SPLITS");
+    if (force && *force) {
+        const int n = atoi(force);
+        return n < 1 ? 1 : n > FA_CU_MAX_PARTS ? FA_CU_MAX_PARTS : n;
+    }
+    const int64_t base = p->batch * p->hkv, chunks = (p->max_sk + FA_DEC_BN - 1) / FA_DEC_BN;
+    if (base == 0 || base >= im->sms || chunks < 4) return 1;
+    int64_t want = (2 * (int64_t)im->sms + base - 1) / base;
+    if (want > chunks / 2) want = chunks / 2;
+    if (want > FA_CU_MAX_PARTS) want = FA_CU_MAX_PARTS;
+    return want > 1 ? (int)want : 1;
+}
 
 /* The warp-specialized forward's tile for problem p at head-dim class D (sm90/tiles.h). */
 static void fwd_ws_tile(int D, const fa_problem *p, int *bm, int *bn)
@@ -108,6 +138,19 @@ fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, int *D, i
         k->dropout_p = p->dropout_p; k->drop_k0 = p->drop.k0; k->drop_k1 = p->drop.k1;
         k->drop_threshold = p->drop.threshold; k->keep_scale = p->drop.keep_scale;
     }
+    const char *dec_why = decode_why(im, p, *D);
+    if (!dec_why) {
+        *fast = FWD_DECODE;
+        k->n_splits = decode_splits(im, p);
+        k->m_blocks = 1;
+        *blocks = p->batch * p->hkv * k->n_splits;
+        snprintf(im->qname, sizeof im->qname, "cuda/decode fwd %s d%d mma.sync %d rows x %d keys 4 warps, %d-stage cp.async%s",
+                 dtname(p->q.dtype), *D, 16 * fa_dec_wm((int)(p->group * p->q.shape[1])), FA_DEC_BN, FA_DEC_STAGES,
+                 p->block_table ? " (paged cache)" : "");
+        if (k->n_splits > 1)
+            snprintf(im->qname + strlen(im->qname), sizeof im->qname - strlen(im->qname), " split-kv %d", k->n_splits);
+        return FA_OK;
+    }
     int bm = *fast == FWD_F32_TF32 ? FA_TF32_FWD_BM : *fast == FWD_F32_SIMT ? FA_F32_FWD_BM
              : *fast == FWD_SM90WS ? wsbm : *fast == FWD_SM90 ? FA_FWD_SM90_BM : *fast == FWD_FAST ? fa_fwd_fast_bm(*D) : 128;
     int splits;
@@ -153,6 +196,8 @@ fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, int *D, i
                  dtname(p->q.dtype), *D, general_why, splits > 1 ? " split-kv" : "");
     if (splits > 1)
         snprintf(im->qname + strlen(im->qname), sizeof im->qname - strlen(im->qname), " %d", splits);
+    if (p->q.shape[1] <= FA_DEC_MAX_ROWS)   /* a decode-like shape the decode kernel leaves here */
+        snprintf(im->qname + strlen(im->qname), sizeof im->qname - strlen(im->qname), " (not decode: %s)", dec_why);
     return FA_OK;
 }
 
@@ -207,8 +252,9 @@ fa_status cuda_forward(fa_context *ctx, const fa_problem *p)
     H->verbose(ctx, "cuda: forward %s (%lld blocks of %d threads, %d B shared memory%s)", im->qname,
                (long long)grid,
                fast == FWD_F32_TF32 ? FA_TF32_NT : fast == FWD_F32_SIMT ? FA_F32_NT : fast == FWD_SM90 ? FA_FWD_SM90_NT
-               : fast == FWD_SM90WS ? fa_fwd_ws_nt(bm) : fast == FWD_FAST ? FA_FWD_FAST_NT : 256,
-               fast == FWD_F32_TF32 ? fa_tf32_fwd_smem(D) : fast == FWD_F32_SIMT ? fa_f32_fwd_smem(D)
+               : fast == FWD_SM90WS ? fa_fwd_ws_nt(bm) : fast == FWD_FAST ? FA_FWD_FAST_NT : fast == FWD_DECODE ? FA_DEC_NT : 256,
+               fast == FWD_DECODE ? fa_dec_smem(D, fa_dec_wm((int)(p->group * p->q.shape[1])))
+               : fast == FWD_F32_TF32 ? fa_tf32_fwd_smem(D) : fast == FWD_F32_SIMT ? fa_f32_fwd_smem(D)
                : fast == FWD_SM90 ? fa_fwd_sm90_smem(D) : fast == FWD_SM90WS ? fa_fwd_ws_smem(D, bm, bn)
                : fast == FWD_FAST ? fa_fwd_fast_smem(D) : fa_fwd_smem(D),
                fast == FWD_SM90WS ? ", persistent over the work tiles" : "");
@@ -224,7 +270,15 @@ fa_status cuda_forward(fa_context *ctx, const fa_problem *p)
         k.lse_part = k.o_part + (size_t)k.n_splits * rows * p->dv;
     }
     const bool bf = p->q.dtype == FA_BF16;
-    if (fast == FWD_F32_TF32) e = D == 64 ? fa_tf32_fwd_launch<64>(k, blocks, im->stream) : fa_tf32_fwd_launch<128>(k, blocks, im->stream);
+    if (fast == FWD_DECODE) {
+        const int wm = fa_dec_wm((int)(p->group * p->q.shape[1]));
+        switch (D) {
+        case 64: e = bf ? fa_decode_launch<__nv_bfloat16, 64>(k, wm, blocks, im->stream) : fa_decode_launch<__half, 64>(k, wm, blocks, im->stream); break;
+        case 128: e = bf ? fa_decode_launch<__nv_bfloat16, 128>(k, wm, blocks, im->stream) : fa_decode_launch<__half, 128>(k, wm, blocks, im->stream); break;
+        default: e = bf ? fa_decode_launch<__nv_bfloat16, 256>(k, wm, blocks, im->stream) : fa_decode_launch<__half, 256>(k, wm, blocks, im->stream); break;
+        }
+    }
+    else if (fast == FWD_F32_TF32) e = D == 64 ? fa_tf32_fwd_launch<64>(k, blocks, im->stream) : fa_tf32_fwd_launch<128>(k, blocks, im->stream);
     else if (fast == FWD_F32_SIMT) switch (D) {
     case 64: e = fa_f32_fwd_launch<64>(k, blocks, im->stream); break;
     case 128: e = fa_f32_fwd_launch<128>(k, blocks, im->stream); break;
