@@ -4,7 +4,7 @@
 # > 2^31-element test. See tests/testutil.h.
 # test_cuda's parts besides test_cuda.c (built on the GPU machine, bench/gpu/build-kit.sh)
 EXTRA_DIST += tests/cuda/cuda_test.h tests/cuda/cuda_util.c tests/cuda/cuda_dense.c \
-	tests/cuda/cuda_varlen.c
+	tests/cuda/cuda_varlen.c tests/cuda/cuda_decode.c
 # libFuzzer targets (not built by make; tests/fuzz/run.sh, docs/reliability.md)
 EXTRA_DIST += tests/fuzz/run.sh tests/fuzz/fuzz_args.c tests/fuzz/fuzz_diff.c tests/fuzz/corpus
 

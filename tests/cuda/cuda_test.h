@@ -61,5 +61,7 @@ void features_bwd(fa_dtype t, int d);
 void run_varlen(fa_dtype t, int nseq, int d, fa_causal causal);                 /* cuda_varlen.c */
 void run_varlen_bwd(fa_dtype t, int nseq, int d, fa_causal causal, int det);
 void run_kvcache(fa_dtype t, int B, int Sq, int snew, int page, int d, fa_causal causal, int H, int Hkv);
+void run_decode_suite(void);                     /* cuda_decode.c */
+void run_decode_san(void);
 
 #endif

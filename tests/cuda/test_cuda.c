@@ -9,7 +9,7 @@
  * dtype and the fp32 roundoff of the result's terms; fp32 inputs capped at 1e-5 relative;
  * exact zeros / -inf for fully masked rows). The checks share tests/cuda/cuda_util.c;
  * the dense cases are in cuda_dense.c, the packed ones (varlen, KV cache) in
- * cuda_varlen.c.
+ * cuda_varlen.c, the decode kernel's (KV cache with 1-16 new tokens) in cuda_decode.c.
  * Also: every output element written (no poison left), guard band untouched, rows that
  * must stay untouched (varlen past cu_seqlens[batch]) untouched, the KV cache after the
  * append equal to the reference backend's, forward bitwise deterministic, the dropout
@@ -17,7 +17,8 @@
  * forward, UNSUPPORTED / INVALID_ARG where documented.
  * Backward: the reference backend's forward gives out (fp32) and lse, the CUDA
  * backward's inputs; deterministic=1 repeated bitwise.
- * Usage: test_cuda [quick|san]     (exit status 0 = all passed, 77 = no CUDA context)
+ * Usage: test_cuda [quick|san|decode]  (exit status 0 = all passed, 77 = no CUDA context)
+ *   decode: the decode kernel's cases and the KV-cache cases of the sweep only;
  *   quick: a subset of the sweep (prints failures only); san: a handful of small cases that
  *   run every kernel once (forward fast and general, d64/d128/d256, split-KV, varlen,
  *   backward incl. deterministic and dsinks, varlen backward, KV-cache append contiguous and
@@ -25,7 +26,7 @@
  *   backward deterministic with dsinks and odd d, paged KV cache), for compute-sanitizer
  *   (tests/cuda/sanitize.sh).
  * Built on the development machine by bench/gpu/build-kit.sh: test_cuda.c, cuda_util.c,
- * cuda_dense.c, cuda_varlen.c and liboracle's sources, with gcc and CUDA's headers.
+ * cuda_dense.c, cuda_varlen.c, cuda_decode.c and liboracle's sources, with gcc and CUDA's headers.
  */
 #include <math.h>
 #include <string.h>
@@ -350,6 +351,7 @@ static void run_san(void)
     }
     dcase dec = { "san decode (split-kv)", FA_BF16, 1, 1, 600, 2, 2, 128, 128, FA_CAUSAL_NONE, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 };
     run_dense(&dec);
+    run_decode_san();
     dcase dr = { "san dropout+bias+sinks, out fp32", FA_F16, 1, 70, 90, 2, 2, 64, 64, FA_CAUSAL_TOP_LEFT, 0, 0, 0, 0, 0.2f, 0, 1, 1, 0, 1 };
     run_dense(&dr);
     dcase dbw = dr;
@@ -438,8 +440,9 @@ static void sweep_f32(void)
 int main(int argc, char **argv)
 {
     int san = argc > 1 && !strcmp(argv[1], "san");
+    int decode_only = argc > 1 && !strcmp(argv[1], "decode");
     quick = san || (argc > 1 && !strcmp(argv[1], "quick"));
-    if (argc > 1 && !quick) { printf("usage: test_cuda [quick|san]\n"); return 2; }
+    if (argc > 1 && !quick && !decode_only) { printf("usage: test_cuda [quick|san|decode]\n"); return 2; }
     if (fa_context_create(&cu, FA_BACKEND_CUDA) != FA_OK) { printf("no cuda context: %s\n", fa_last_error(NULL)); return 77; }
     if (fa_context_create(&ref, FA_BACKEND_REFERENCE) != FA_OK) { printf("no reference context\n"); return 2; }
     printf("%s\n", fa_context_describe(cu));
@@ -449,6 +452,19 @@ int main(int argc, char **argv)
     run_kvcache_overlong(4);
     if (san) {
         run_san();
+        printf("%d passed, %d failed\n", passes, fails);
+        fa_context_destroy(cu);
+        fa_context_destroy(ref);
+        return fails ? 1 : 0;
+    }
+    if (decode_only) {   /* the decode kernel's cases and the KV-cache cases of the sweep */
+        run_decode_suite();
+        static const int dpages[] = { 0, 1, 7, 16, 256 };
+        for (int pi = 0; pi < 5; pi++) {
+            run_kvcache(FA_BF16, 3, 1, 0, dpages[pi], 128, FA_CAUSAL_NONE, 8, 2);
+            run_kvcache(FA_F16, 3, 1, 1, dpages[pi], 64, FA_CAUSAL_BOTTOM_RIGHT, 8, 8);
+            run_kvcache(FA_BF16, 2, 16, 16, dpages[pi], 128, FA_CAUSAL_BOTTOM_RIGHT, 4, 1);
+        }
         printf("%d passed, %d failed\n", passes, fails);
         fa_context_destroy(cu);
         fa_context_destroy(ref);
@@ -484,6 +500,7 @@ int main(int argc, char **argv)
         run_kvcache(FA_BF16, 2, 16, 16, pages[pi], 128, FA_CAUSAL_BOTTOM_RIGHT, 4, 1);
         if (!quick) run_kvcache(FA_F16, 4, 150, 150, pages[pi], 256, FA_CAUSAL_BOTTOM_RIGHT, 2, 2);
     }
+    run_decode_suite();
     for (int n = 1; n <= 7; n += quick ? 3 : 1) run_combine(FA_BF16, n);
     run_dropout_mask(FA_BF16);
     /* backward */
