@@ -10,7 +10,7 @@
  * dtypes), check.c (the check column, through liboracle), naive.c (naive and unfused BLAS rungs, forward and backward), peak.c (FMA-throughput
  * ceiling), measure.c (clocks, RSS, perf counters, IO model), rungs.c (one measurement:
  * create, check, time), sweeps.c (the CPU sections: ladder, tiles, seqlen, CPU sweep),
- * gpu.c (the device's description and the GPU sweep), decode.c (--mode decode), report.c (progress, results, table
+ * gpu.c (the device's description and the GPU sweep), decode.c (--mode decode; decode_gpu.c its CUDA cells), report.c (progress, results, table
  * and CSV), plot.c (SVG and gnuplot), cudrv.c (the CUDA driver API through dlopen, and the
  * problem in device memory).
  *
@@ -226,6 +226,8 @@ void   sweep_full(bench_run *R);
 
 /* decode.c: the decode cells on stdout (f); 1 when a check failed */
 int    decode_bench(bench_run *R, FILE *f);
+/* decode_gpu.c: the CUDA backend's decode cells (ctx: a CUDA context); 1 when one failed */
+int    decode_gpu_bench(bench_run *R, fa_context *ctx, FILE *f);
 
 /* gpu.c */
 int    sweep_count_gpu(const bench_run *R);

@@ -27,6 +27,8 @@ static struct {
     CUresult (*MemFree)(CUdeviceptr);
     CUresult (*MemcpyHtoD)(CUdeviceptr, const void *, size_t);
     CUresult (*MemcpyDtoH)(void *, CUdeviceptr, size_t);
+    CUresult (*MemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
+    CUresult (*MemsetD16)(CUdeviceptr, unsigned short, size_t);
     CUresult (*MemGetInfo)(size_t *, size_t *);
     CUresult (*GetErrorString)(CUresult, const char **);
     CUresult (*EventCreate)(CUevent *, unsigned);
@@ -76,6 +78,8 @@ static int load(void)
         { (void **)&D.MemFree, "cuMemFree_v2" },
         { (void **)&D.MemcpyHtoD, "cuMemcpyHtoD_v2" },
         { (void **)&D.MemcpyDtoH, "cuMemcpyDtoH_v2" },
+        { (void **)&D.MemcpyDtoD, "cuMemcpyDtoD_v2" },
+        { (void **)&D.MemsetD16, "cuMemsetD16_v2" },
         { (void **)&D.MemGetInfo, "cuMemGetInfo_v2" },
         { (void **)&D.GetErrorString, "cuGetErrorString" },
         { (void **)&D.EventCreate, "cuEventCreate" },
@@ -184,6 +188,8 @@ CUresult cudrv_download(void *dst, CUdeviceptr src, size_t bytes)
 {
     return D.MemcpyDtoH(dst, src, bytes);
 }
+CUresult cudrv_copy(CUdeviceptr dst, CUdeviceptr src, size_t bytes) { return D.MemcpyDtoD(dst, src, bytes); }
+CUresult cudrv_fill16(CUdeviceptr dst, unsigned short x, size_t n) { return D.MemsetD16(dst, x, n); }
 CUresult cudrv_sync(void) { return D.CtxSynchronize(); }
 
 CUresult cudrv_timer_start(void)

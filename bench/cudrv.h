@@ -46,6 +46,8 @@ CUresult cudrv_alloc(CUdeviceptr *p, size_t bytes);
 CUresult cudrv_free(CUdeviceptr p);
 CUresult cudrv_upload(CUdeviceptr dst, const void *src, size_t bytes);
 CUresult cudrv_download(void *dst, CUdeviceptr src, size_t bytes);
+CUresult cudrv_copy(CUdeviceptr dst, CUdeviceptr src, size_t bytes);   /* device to device */
+CUresult cudrv_fill16(CUdeviceptr dst, unsigned short x, size_t n);     /* n 16-bit words   */
 CUresult cudrv_sync(void);                     /* cuCtxSynchronize                      */
 /* Device time of the work queued on the default stream between start and stop: two CUDA
  * events around it (stop waits for the second). */

@@ -17,10 +17,22 @@ With several --ours files (rounds of ours) and --rounds N (rounds of the peers),
 side's figure is its median over the rounds, and the table adds the lowest and highest
 single-round ours/flash ratio (round i against round i), which shows the cells whose
 ratio is within the run-to-run noise. --ratios-only --peer peers.csv skips the timing.
+
+--decode LOG: the decode cells instead. LOG is the output of `flashattn-bench --backend
+cuda --mode decode` (decode_gpu.c's lines: shape, our K/V bytes read per second, the copy
+ceiling of that run); torch SDPA (cuDNN and flash backends, enable_gqa) is timed on the
+same shapes, q [B, H, new, d] against contiguous k, v [B, Hkv, S, d] (torch has no paged
+form: the paged rows compare with torch's contiguous figure), no mask, CUDA events around
+20 calls (median of 5 rounds, as flashattn-bench times its own), and the side-by-side table goes to stdout, in the same
+metric (K/V bytes read once per second).
+
+  flashattn-bench --backend cuda --mode decode > decode.log
+  python3 bench/peers/torch_gpu.py --decode decode.log > decode-table.txt
 Exit status: 0, 2 bad usage, 3 torch or a CUDA device is missing.
 """
 import argparse
 import csv
+import re
 import statistics
 import sys
 
@@ -173,14 +185,103 @@ def read_peer_csv(path):
     return r
 
 
+DECODE_LINE = re.compile(r"B=\s*(\d+) S=\s*(\d+) H=(\d+)/(\d+) d(\d+) new=(\d+) cache=(\S+)\s+KV\s+[\d.]+ MB"
+                         r"\s+([\d.]+) us\s+([\d.]+) TB/s\s+copy\s+([\d.]+) TB/s")
+
+
+def read_decode(path):
+    """Our decode cells: [(B, S, H, Hkv, d, new, cache, us, TB/s, copy TB/s)]."""
+    cells = []
+    with open(path) as f:
+        for line in f:
+            m = DECODE_LINE.search(line)
+            if m:
+                g = m.groups()
+                cells.append(tuple(int(x) for x in g[:6]) + (g[6],) + tuple(float(x) for x in g[7:]))
+    return cells
+
+
+def time_batch_ms(torch, fn, n=20, rounds=5):
+    """Milliseconds per call: CUDA events around n calls, the median of the rounds after 3
+    warm-ups (flashattn-bench's decode timing)."""
+    for _ in range(3):
+        fn()
+    e0, e1, ts = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True), []
+    for _ in range(rounds):
+        e0.record()
+        for _ in range(n):
+            fn()
+        e1.record()
+        torch.cuda.synchronize()
+        ts.append(e0.elapsed_time(e1) / n)
+    return statistics.median(ts)
+
+
+def decode_peers(torch, shapes):
+    """{(backend, shape): TB/s of K/V bytes, or None}, shape = (B, S, H, Hkv, d, new)."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    be = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}
+    burn_in(torch, F)
+    out = {}
+    for B, S, H, Hkv, d, new in sorted(shapes):
+        q = torch.randn(B, H, new, d, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(B, Hkv, S, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        kv = 2.0 * B * S * Hkv * d * 2
+        for name in be:
+            try:
+                with sdpa_kernel([be[name]]), torch.no_grad():
+                    ms = time_batch_ms(torch, lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=Hkv != H))
+                out[(name, (B, S, H, Hkv, d, new))] = kv / (ms * 1e-3) / 1e12
+            except Exception as e:            # a backend lacking a cell is a gap
+                out[(name, (B, S, H, Hkv, d, new))] = None
+                print(f"[peer] {name} B={B} S={S} H={H}/{Hkv} d{d} new={new}: {type(e).__name__}: "
+                      f"{str(e)[:100]}", file=sys.stderr)
+        del q, k, v
+        torch.cuda.empty_cache()
+    return out
+
+
+def print_decode(cells, peers, out):
+    print("# decode, bf16: K/V bytes read once per second (TB/s); copy = device-to-device copy "
+          "(read + written) of the same run; torch SDPA on contiguous [B, H, S, d], no mask", file=out)
+    print("# shape                                        |  ours |  cudnn |  flash |  copy | "
+          "ours/cudnn ours/flash ours/copy", file=out)
+    for B, S, H, Hkv, d, new, cache, us, tb, copy in cells:
+        sh = (B, S, H, Hkv, d, new)
+        c, fl = peers.get(("cudnn", sh)), peers.get(("flash", sh))
+        fmt = lambda x: f"{x:6.2f}" if x else "   n/a"
+        rat = lambda x: f"{tb / x:10.2f}" if x else "       n/a"
+        print(f"B={B:3d} S={S:5d} H={H}/{Hkv} d{d} new={new} {cache:7s} {us:8.1f} us | {tb:5.2f} | {fmt(c)} | "
+              f"{fmt(fl)} | {copy:5.2f} | {rat(c)} {rat(fl)} {tb / copy:9.2f}", file=out)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--ours", nargs="+", required=True, help="flashattn-bench CSV(s) of the "
+    ap.add_argument("--ours", nargs="+", help="flashattn-bench CSV(s) of the "
                     "GPU sweep (one per round)")
+    ap.add_argument("--decode", help="flashattn-bench --mode decode output: time torch on its cells")
     ap.add_argument("--rounds", type=int, default=1, help="rounds of the peers (default 1)")
     ap.add_argument("--ratios-only", action="store_true", help="do not time torch; read --peer")
     ap.add_argument("--peer", nargs="+", help="with --ratios-only: CSVs this script wrote")
     args = ap.parse_args()
+    if args.decode:
+        cells = read_decode(args.decode)
+        if not cells:
+            print("torch_gpu.py: no decode cells in " + args.decode, file=sys.stderr)
+            return 2
+        try:
+            import torch
+        except ImportError as e:
+            print(f"torch_gpu.py: PyTorch is not installed ({e})", file=sys.stderr)
+            return 3
+        if not torch.cuda.is_available():
+            print("torch_gpu.py: torch sees no CUDA device", file=sys.stderr)
+            return 3
+        print_decode(cells, decode_peers(torch, {c[:6] for c in cells}), sys.stdout)
+        return 0
+    if not args.ours:
+        ap.error("--ours or --decode is needed")
     ours = read_ours(args.ours)
     if not ours:
         print("torch_gpu.py: no passed 'gpu' rows in " + " ".join(args.ours), file=sys.stderr)
