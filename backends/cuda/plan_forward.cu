@@ -13,14 +13,15 @@ static const char *decode_why(const cuda_impl *im, const fa_problem *p, int D)
 {
     const int64_t sq = p->q.shape[1];
     return p->q.dtype == FA_F32 ? "fp32" : p->layout == FA_LAYOUT_VARLEN ? "varlen" : p->has_bias ? "bias"
-           : p->dropout_p > 0.f ? "dropout" : sq < 1 || sq > FA_DEC_MAX_SQ ? "more than 16 query rows per sequence"
-           : p->group * sq > FA_DEC_MAX_ROWS ? "more than 64 query rows per KV head"
+           : p->dropout_p > 0.f ? "dropout" : sq < 1 ? "Sq = 0" : sq > FA_DEC_MAX_SQ ? "Sq > 16"
+           : p->group * sq > FA_DEC_MAX_ROWS ? "group x Sq > 64"
            : fa_dec_smem(D, fa_dec_wm((int)(p->group * sq))) > im->smem_optin ? "shared memory" : NULL;
 }
 
-/* KV splits of the decode kernel: none when batch x KV heads fills the SMs; else enough
-   for two blocks per SM, each split at least two 64-key chunks. FA_CUDA_DECODE_SPLITS=n
-   (a test hook, docs/testing.md) forces n (1..FA_CU_MAX_PARTS). */
+/* KV splits of the decode kernel: none when batch x KV heads fills the SMs; else as many
+   as fit one wave of two blocks per SM (rounded down: a second, partial wave would
+   double the time), each split at least two 64-key chunks. FA_CUDA_DECODE_SPLITS=n (a
+   test hook, docs/testing.md) forces n (1..FA_CU_MAX_PARTS). */
 static int decode_splits(const cuda_impl *im, const fa_problem *p)
 {
     const char *force = getenv("FA_CUDA_DECODE_SPLITS");
@@ -30,7 +31,7 @@ static int decode_splits(const cuda_impl *im, const fa_problem *p)
     }
     const int64_t base = p->batch * p->hkv, chunks = (p->max_sk + FA_DEC_BN - 1) / FA_DEC_BN;
     if (base == 0 || base >= im->sms || chunks < 4) return 1;
-    int64_t want = (2 * (int64_t)im->sms + base - 1) / base;
+    int64_t want = 2 * (int64_t)im->sms / base;
     if (want > chunks / 2) want = chunks / 2;
     if (want > FA_CU_MAX_PARTS) want = FA_CU_MAX_PARTS;
     return want > 1 ? (int)want : 1;

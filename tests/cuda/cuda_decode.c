@@ -119,7 +119,7 @@ static void run_decode(const deccase *c)
     or_seq_data kd[64];
     or_problem kp;
     dec_problem(c, cs, bt, maxp, &kc, &vc, &kn, &vn, &q, alibi, sinks, kd, &kp);
-    char sbuf[16];
+    char sbuf[32];
     if (c->splits) { snprintf(sbuf, sizeof sbuf, "%d", c->splits); setenv("FA_CUDA_DECODE_SPLITS", sbuf, 1); }
     /* the decode kernel serves the call, with the forced split count */
     const char *qn = dec_query(c, &op);
@@ -168,7 +168,7 @@ done:
 static void decode_refusals(void)
 {
     static const struct { int Sq, H, Hkv; fa_dtype t; int bias; const char *why; } r[] = {
-        { 17, 4, 4, FA_BF16, 0, "more than 16 query rows" }, { 16, 8, 1, FA_BF16, 0, "more than 64 query rows" },
+        { 17, 4, 4, FA_BF16, 0, "Sq > 16" }, { 16, 8, 1, FA_BF16, 0, "group x Sq > 64" },
         { 1, 4, 1, FA_F32, 0, "fp32" }, { 1, 4, 1, FA_F16, 1, "bias" },
     };
     for (size_t i = 0; i < sizeof r / sizeof r[0]; i++) {
@@ -176,7 +176,6 @@ static void decode_refusals(void)
         fa_tensor k = fa_tensor_contiguous(NULL, r[i].t, 2, 1000, r[i].Hkv, 128), v = k;
         fa_tensor o = fa_tensor_contiguous(NULL, r[i].t, 2, r[i].Sq, r[i].H, 128);
         fa_tensor bias = fa_tensor_contiguous(NULL, FA_F32, 1, r[i].Sq, 1, 1000);
-        bias.stride[2] = 0;
         fa_options op = {0};
         if (r[i].bias) op.bias = &bias;
         const char *nm = NULL;

@@ -17,8 +17,9 @@
  * forward, UNSUPPORTED / INVALID_ARG where documented.
  * Backward: the reference backend's forward gives out (fp32) and lse, the CUDA
  * backward's inputs; deterministic=1 repeated bitwise.
- * Usage: test_cuda [quick|san|decode]  (exit status 0 = all passed, 77 = no CUDA context)
- *   decode: the decode kernel's cases and the KV-cache cases of the sweep only;
+ * Usage: test_cuda [quick|san|decode|decode-san]  (exit status 0 = all passed, 77 = no CUDA context)
+ *   decode: the decode kernel's cases and the KV-cache cases of the sweep only; decode-san:
+ *   the decode cases of san alone;
  *   quick: a subset of the sweep (prints failures only); san: a handful of small cases that
  *   run every kernel once (forward fast and general, d64/d128/d256, split-KV, varlen,
  *   backward incl. deterministic and dsinks, varlen backward, KV-cache append contiguous and
@@ -440,9 +441,9 @@ static void sweep_f32(void)
 int main(int argc, char **argv)
 {
     int san = argc > 1 && !strcmp(argv[1], "san");
-    int decode_only = argc > 1 && !strcmp(argv[1], "decode");
-    quick = san || (argc > 1 && !strcmp(argv[1], "quick"));
-    if (argc > 1 && !quick && !decode_only) { printf("usage: test_cuda [quick|san|decode]\n"); return 2; }
+    int decode_only = argc > 1 && !strcmp(argv[1], "decode"), decode_san = argc > 1 && !strcmp(argv[1], "decode-san");
+    quick = san || decode_san || (argc > 1 && !strcmp(argv[1], "quick"));
+    if (argc > 1 && !quick && !decode_only) { printf("usage: test_cuda [quick|san|decode|decode-san]\n"); return 2; }
     if (fa_context_create(&cu, FA_BACKEND_CUDA) != FA_OK) { printf("no cuda context: %s\n", fa_last_error(NULL)); return 77; }
     if (fa_context_create(&ref, FA_BACKEND_REFERENCE) != FA_OK) { printf("no reference context\n"); return 2; }
     printf("%s\n", fa_context_describe(cu));
@@ -450,8 +451,9 @@ int main(int argc, char **argv)
     run_status_checks();
     run_kvcache_overlong(0);
     run_kvcache_overlong(4);
-    if (san) {
-        run_san();
+    if (san || decode_san) {
+        if (san) run_san();
+        else run_decode_san();
         printf("%d passed, %d failed\n", passes, fails);
         fa_context_destroy(cu);
         fa_context_destroy(ref);
