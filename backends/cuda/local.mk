@@ -27,7 +27,8 @@ FA_CUDA_SM90_STUBS = backends/cuda/gen/sm90_forward_d256.cu backends/cuda/gen/sm
 	backends/cuda/gen/sm90_backward_d256.cu backends/cuda/gen/sm90_backward_d128.cu backends/cuda/gen/sm90_backward_d64.cu \
 	backends/cuda/gen/sm90_backward_ws_d128.cu backends/cuda/gen/sm90_backward_ws_d64.cu
 FA_CUDA_SRC = backends/cuda/module.cu backends/cuda/plan_forward.cu backends/cuda/plan_backward.cu \
-	backends/cuda/checks.cu backends/cuda/tmaps.cu backends/cuda/combine.cu backends/cuda/backward_aux.cu
+	backends/cuda/checks.cu backends/cuda/tmaps.cu backends/cuda/combine.cu backends/cuda/backward_aux.cu \
+	backends/cuda/decode/merge.cu
 FA_CUDA_HDR = backends/cuda/impl.h backends/cuda/kernels.h backends/cuda/params.h \
 	backends/cuda/device/ptx.cuh backends/cuda/device/wgmma_ops.cuh backends/cuda/device/problem.cuh \
 	backends/cuda/device/tiles.cuh \
@@ -70,6 +71,6 @@ $(FA_CUDA_SM90_STUBS:.cu=.lo): $(FA_CUDA_SM90_STUBS)
 # No automatic dependency tracking for .cu: every object depends on every CUDA header.
 $(FA_CUDA_SRC:.cu=.lo) $(FA_CUDA_STUBS:.cu=.lo) $(FA_CUDA_SM90_STUBS:.cu=.lo): $(FA_CUDA_HDR) \
 	$(top_srcdir)/lib/problem.h $(top_srcdir)/lib/philox.h $(top_srcdir)/lib/backend.h $(top_srcdir)/include/flashattn.h
-backends/cuda/plan_forward.lo backends/cuda/gen/decode_d256.lo backends/cuda/gen/decode_d128.lo \
+backends/cuda/plan_forward.lo backends/cuda/decode/merge.lo backends/cuda/gen/decode_d256.lo backends/cuda/gen/decode_d128.lo \
 	backends/cuda/gen/decode_d64.lo: $(FA_CUDA_DECODE_HDR)
 endif

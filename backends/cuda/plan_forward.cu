@@ -330,7 +330,7 @@ fa_status cuda_forward(fa_context *ctx, const fa_problem *p)
         c.o_sb = p->out.stride[0]; c.o_ss = p->out.stride[1]; c.o_sh = p->out.stride[2];
         c.lse_out = p->lse; c.sinks = p->sinks;
         c.B = (int)p->batch; c.S = (int)p->q.shape[1]; c.H = (int)p->hq; c.D = (int)p->dv;
-        e = fa_combine_launch(c, im->sms, im->stream);
+        e = fast == FWD_DECODE ? fa_decode_merge_launch(c, im->stream) : fa_combine_launch(c, im->sms, im->stream);
     }
     if (ws) cudaFreeAsync(ws, im->stream);
     if (e != cudaSuccess) { cudaGetLastError(); return cuda_err(ctx, e, "forward launch"); }

@@ -5,6 +5,7 @@
  * in WM row groups of WN = 4 / WM warps; the WN warps of a row group take turns over the
  * 16-key slices of each 64-key chunk and merge in shared memory at the end. K/V chunks come
  * through a 3-stage cp.async ring (page by page through block_table for any page size).
+ * The splits' parts are merged by merge.cu.
  */
 #ifndef FA_CUDA_DECODE_H
 #define FA_CUDA_DECODE_H
@@ -30,5 +31,8 @@ static constexpr inline int fa_dec_smem(int D, int wm)
 /* blocks = batch * hkv * p.n_splits; wm = fa_dec_wm(group * sq). T = __half or
    __nv_bfloat16, D = 64, 128, 256 (instantiated by the decode_dNNN stubs). */
 template <typename T, int D> cudaError_t fa_decode_launch(const fa_cu_fwd &p, int wm, int64_t blocks, cudaStream_t st);
+/* merge.cu: the splits' fp32 parts into out and lse (c in the combine kernel's strided
+   form, c.n <= FA_CU_MAX_PARTS): one warp per query row, the parts read side by side. */
+cudaError_t fa_decode_merge_launch(const fa_cu_combine &c, cudaStream_t st);
 
 #endif /* FA_CUDA_DECODE_H */
