@@ -2,7 +2,8 @@
  * with 1 or 4 new tokens per sequence against a KV cache in device memory, contiguous and
  * paged (16- and 256-row pages, in a shuffled order), B in {1, 8, 32, 64, 128} x cache
  * {2k, 8k, 32k} tokens; GQA 32:8 at d = 128 (and, one new token on a contiguous cache,
- * d = 64 and MHA 32:32 up to 1M cached tokens); bf16. Each cell prints the K/V bytes the
+ * the cache stored [B, Hkv, S, d] through its strides, d = 64, and MHA 32:32 up to 1M
+ * cached tokens); bf16. "contig" is the library's [B, S, Hkv, d] layout. Each cell prints the K/V bytes the
  * call must read once per second (KV rate), the IO model (q, K/V, out and the block table
  * the call must move), and the KV rate against the device-to-device copy rate measured in
  * the same run ((read + written bytes) per second of a 2 GiB cuMemcpyDtoD): the ceiling.
@@ -19,7 +20,7 @@
 #include "bench.h"
 #include "cudrv.h"
 
-typedef struct { int B, S, H, Hkv, d, snew, page; } gcell;
+typedef struct { int B, S, H, Hkv, d, snew, page; } gcell;   /* page: 0 contiguous, -1 [B, Hkv, S, d] */
 
 #define MAX_TOKENS ((int64_t)128 * 32768)       /* B x S of the largest cell          */
 #define MAX_ROWS (MAX_TOKENS * 8 * 128)          /* elements of K (= of V)             */
@@ -95,19 +96,23 @@ static int run_gcell(fa_context *ctx, const gbufs *g, const gcell *c, double cop
 {
     char shape[96];
     snprintf(shape, sizeof shape, "B=%3d S=%5d H=%d/%d d%d new=%d cache=%s", c->B, c->S, c->H, c->Hkv, c->d, c->snew,
-             c->page == 0 ? "contig" : c->page == 16 ? "page16" : "page256");
+             c->page < 0 ? "bhsd" : c->page == 0 ? "contig" : c->page == 16 ? "page16" : "page256");
     kv_call k;
     memset(&k, 0, sizeof k);
     k.ctx = ctx;
     k.opt.causal = FA_CAUSAL_BOTTOM_RIGHT;
     k.q = fa_tensor_contiguous((void *)(uintptr_t)g->q, FA_BF16, c->B, c->snew, c->H, c->d);
     k.out = fa_tensor_contiguous((void *)(uintptr_t)g->out, FA_BF16, c->B, c->snew, c->H, c->d);
-    const int64_t N0 = c->page ? (int64_t)c->B * c->S / c->page : c->B, S1 = c->page ? c->page : c->S;
+    const int64_t N0 = c->page > 0 ? (int64_t)c->B * c->S / c->page : c->B, S1 = c->page > 0 ? c->page : c->S;
     k.k = fa_tensor_contiguous((void *)(uintptr_t)g->k, FA_BF16, N0, S1, c->Hkv, c->d);
     k.v = fa_tensor_contiguous((void *)(uintptr_t)g->v, FA_BF16, N0, S1, c->Hkv, c->d);
+    if (c->page < 0) {   /* [B, Hkv, S, d] storage: each head's keys contiguous */
+        k.k.stride[1] = k.v.stride[1] = c->d;
+        k.k.stride[2] = k.v.stride[2] = (int64_t)c->S * c->d;
+    }
     k.cs = (const int32_t *)(uintptr_t)g->cs;
     int32_t *bt = NULL;
-    if (c->page) {   /* pages of sequence b: a shuffled permutation of all of them */
+    if (c->page > 0) {   /* pages of sequence b: a shuffled permutation of all of them */
         k.maxp = c->S / c->page;
         const int64_t np = (int64_t)c->B * k.maxp;
         bt = malloc(sizeof(int32_t) * (size_t)np);
@@ -142,7 +147,7 @@ static int run_gcell(fa_context *ctx, const gbufs *g, const gcell *c, double cop
         return 1;
     }
     const double kv = 2.0 * c->B * (double)c->S * c->Hkv * c->d * 2.0;
-    const double io = kv + 2.0 * nout * 2.0 + 4.0 * c->B + (c->page ? 4.0 * c->B * (double)k.maxp : 0.0);
+    const double io = kv + 2.0 * nout * 2.0 + 4.0 * c->B + (c->page > 0 ? 4.0 * c->B * (double)k.maxp : 0.0);
     const double t = time_calls(call_kv, &k, 20);
     fprintf(f, "  %s  KV %8.1f MB  %7.1f us  %5.2f TB/s  copy %5.2f TB/s  %4.2f of copy  IO model %8.1f MB  (%s)\n", shape,
             kv / 1e6, t * 1e6, kv / t / 1e12, copy_bps / 1e12, kv / t / copy_bps, io / 1e6, name);
@@ -191,6 +196,12 @@ int decode_gpu_bench(bench_run *R, fa_context *ctx, FILE *f)
                     gcell c = { Bs[bi], Ss[si], 32, 8, 128, n, pages[pi] };
                     failed |= run_gcell(ctx, &g, &c, copy_bps, f);
                 }
+    for (int bi = 0; bi < 5; bi++)   /* the cache stored [B, Hkv, S, d] (torch's layout) */
+        for (int si = 0; si < 3; si++) {
+            if (R->quick && (bi % 2 || si == 1)) continue;
+            gcell c = { Bs[bi], Ss[si], 32, 8, 128, 1, -1 };
+            failed |= run_gcell(ctx, &g, &c, copy_bps, f);
+        }
     for (int x = 0; x < 2; x++)   /* d64 GQA 32:8; MHA 32:32 d128 up to 1M cached tokens */
         for (int bi = 0; bi < 5; bi++)
             for (int si = 0; si < 3; si++) {

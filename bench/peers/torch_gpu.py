@@ -21,8 +21,9 @@ ratio is within the run-to-run noise. --ratios-only --peer peers.csv skips the t
 --decode LOG: the decode cells instead. LOG is the output of `flashattn-bench --backend
 cuda --mode decode` (decode_gpu.c's lines: shape, our K/V bytes read per second, the copy
 ceiling of that run); torch SDPA (cuDNN and flash backends, enable_gqa) is timed on the
-same shapes, q [B, H, new, d] against contiguous k, v [B, Hkv, S, d] (torch has no paged
-form: the paged rows compare with torch's contiguous figure), no mask, CUDA events around
+same shapes, q [B, H, new, d] against contiguous k, v [B, Hkv, S, d] (and cuDNN also on
+[B, S, Hkv, d] storage, flashattn's own layout, as a strided view; torch has no paged form:
+the paged rows compare with torch's contiguous figures), no mask, CUDA events around
 20 calls (median of 5 rounds, as flashattn-bench times its own), and the side-by-side table goes to stdout, in the same
 metric (K/V bytes read once per second).
 
@@ -221,14 +222,20 @@ def decode_peers(torch, shapes):
     """{(backend, shape): TB/s of K/V bytes, or None}, shape = (B, S, H, Hkv, d, new)."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    be = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}
+    be = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
+          "cudnn-bshd": SDPBackend.CUDNN_ATTENTION}
     burn_in(torch, F)
     out = {}
     for B, S, H, Hkv, d, new in sorted(shapes):
         q = torch.randn(B, H, new, d, device="cuda", dtype=torch.bfloat16)
-        k, v = (torch.randn(B, Hkv, S, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
         kv = 2.0 * B * S * Hkv * d * 2
         for name in be:
+            # cudnn-bshd: the cache stored [B, S, Hkv, d] (flashattn's layout), a strided view
+            if name == "cudnn-bshd":
+                k, v = (torch.randn(B, S, Hkv, d, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+                        for _ in range(2))
+            elif name == "cudnn":
+                k, v = (torch.randn(B, Hkv, S, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
             try:
                 with sdpa_kernel([be[name]]), torch.no_grad():
                     ms = time_batch_ms(torch, lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=Hkv != H))
@@ -237,23 +244,26 @@ def decode_peers(torch, shapes):
                 out[(name, (B, S, H, Hkv, d, new))] = None
                 print(f"[peer] {name} B={B} S={S} H={H}/{Hkv} d{d} new={new}: {type(e).__name__}: "
                       f"{str(e)[:100]}", file=sys.stderr)
-        del q, k, v
-        torch.cuda.empty_cache()
+            if name != "cudnn":
+                del k, v
+                torch.cuda.empty_cache()
+        del q
     return out
 
 
 def print_decode(cells, peers, out):
     print("# decode, bf16: K/V bytes read once per second (TB/s); copy = device-to-device copy "
-          "(read + written) of the same run; torch SDPA on contiguous [B, H, S, d], no mask", file=out)
-    print("# shape                                        |  ours |  cudnn |  flash |  copy | "
-          "ours/cudnn ours/flash ours/copy", file=out)
+          "(read + written) of the same run; torch SDPA, no mask, the cache [B, H, S, d] "
+          "(cudnn, flash) or [B, S, H, d] (cudnn-bshd, flashattn's contig)", file=out)
+    print("# shape                                        |  ours |  cudnn | cudnn-bshd |  flash |  copy | "
+          "ours/cudnn ours/cudnn-bshd ours/flash ours/copy", file=out)
     for B, S, H, Hkv, d, new, cache, us, tb, copy in cells:
         sh = (B, S, H, Hkv, d, new)
-        c, fl = peers.get(("cudnn", sh)), peers.get(("flash", sh))
+        c, cb, fl = peers.get(("cudnn", sh)), peers.get(("cudnn-bshd", sh)), peers.get(("flash", sh))
         fmt = lambda x: f"{x:6.2f}" if x else "   n/a"
         rat = lambda x: f"{tb / x:10.2f}" if x else "       n/a"
         print(f"B={B:3d} S={S:5d} H={H}/{Hkv} d{d} new={new} {cache:7s} {us:8.1f} us | {tb:5.2f} | {fmt(c)} | "
-              f"{fmt(fl)} | {copy:5.2f} | {rat(c)} {rat(fl)} {tb / copy:9.2f}", file=out)
+              f"    {fmt(cb)} | {fmt(fl)} | {copy:5.2f} | {rat(c)} {rat(cb):>15} {rat(fl)} {tb / copy:9.2f}", file=out)
 
 
 def main():
