@@ -484,6 +484,16 @@ int main(int argc, char **argv)
         run_kvcache(FA_BF16, 2, 16, 16, pages[pi], 128, FA_CAUSAL_BOTTOM_RIGHT, 4, 1);
         if (!quick) run_kvcache(FA_F16, 4, 150, 150, pages[pi], 256, FA_CAUSAL_BOTTOM_RIGHT, 2, 2);
     }
+    /* chunked prefill into paged caches: on Hopper the warp-specialized forward loads a
+       page per TMA box (pages of 8-256 rows that divide the KV tile or are multiples of
+       it); 24-row pages (a box would cross a page) and d256's 80-key tiles with 64-256-row
+       pages take the first Hopper forward */
+    static const int ppages[] = { 8, 16, 24, 64, 128, 256 };
+    for (int pi = 0; pi < 6; pi++) {
+        run_kvcache(FA_BF16, 3, 200, 200, ppages[pi], 128, FA_CAUSAL_BOTTOM_RIGHT, 8, 2);
+        run_kvcache(FA_F16, 2, 130, 0, ppages[pi], 64, FA_CAUSAL_NONE, 4, 4);
+        if (!quick) run_kvcache(FA_BF16, 2, 96, 96, ppages[pi], 256, FA_CAUSAL_TOP_LEFT, 4, 1);
+    }
     for (int n = 1; n <= 7; n += quick ? 3 : 1) run_combine(FA_BF16, n);
     run_dropout_mask(FA_BF16);
     /* backward */
