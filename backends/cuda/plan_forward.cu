@@ -44,6 +44,18 @@ static void fwd_ws_tile(int D, const fa_problem *p, int *bm, int *bn)
     fa_fwd_ws_pick(D, p->max_sq, p->max_sk, masked, bm, bn);
 }
 
+/* Rows of one TMA box of the warp-specialized forward's K/V tiles of `bn` keys: bn, or
+   for a paged cache the page size when it is a multiple of 8 that divides bn or is a
+   multiple of it (a box then starts on the 128-byte swizzle's 8-row period and stays in
+   its page); 0 when the pages cannot be followed by boxes. */
+static int ws_box_rows(const fa_problem *p, int bn)
+{
+    if (!p->block_table) return bn;
+    const int64_t ps = p->page_size;
+    if (ps % 8 || (bn % ps && ps % bn)) return 0;
+    return ps < bn ? (int)ps : bn;
+}
+
 /* Can the forward kernels serve p? Fills the launch parameters; *fast = the FWD_ kernel. */
 fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, int *D, int64_t *blocks,
                           int *fast)
@@ -82,11 +94,12 @@ fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, int *D, i
                               : fa_fwd_fast_smem(*D) > im->smem_optin ? "shared memory" : NULL;
     if (!f32) *fast = general_why == NULL ? FWD_FAST : FWD_GENERAL;
     if (*fast == FWD_FAST && im->use_sm90 && fa_fwd_sm90_smem(*D) <= im->smem_optin) *fast = FWD_SM90;
-    /* The warp-specialized forward, except for paged caches (at d64 and <= 2048 keys with
- 128-key tiles: 1.04-1.15x the first Hopper forward at 512-1024 keys, on the H200) */
+    /* The warp-specialized forward, for paged caches too when their pages can be loaded
+       as TMA boxes (at d64 and <= 2048 keys with 128-key tiles: 1.04-1.15x the first
+       Hopper forward at 512-1024 keys, on the H200) */
     int wsbm, wsbn;
     fwd_ws_tile(*D, p, &wsbm, &wsbn);
-    if (*fast == FWD_SM90 && !p->block_table && fa_fwd_ws_smem(*D, wsbm, wsbn) <= im->smem_optin)
+    if (*fast == FWD_SM90 && ws_box_rows(p, wsbn) && fa_fwd_ws_smem(*D, wsbm, wsbn) <= im->smem_optin)
         *fast = FWD_SM90WS;
     if (*fast == FWD_GENERAL && fa_fwd_smem(*D) > im->smem_optin)
         return H->set_error(ctx, FA_ERR_UNSUPPORTED,
@@ -183,8 +196,9 @@ fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, int *D, i
                  FA_F32_FWD_BN, splits > 1 ? " split-kv" : "");
     else if (*fast == FWD_SM90WS)
         snprintf(im->qname, sizeof im->qname,
-                 "cuda/sm90 fwd %s d%d wgmma %dx%d tma warp-specialized 1 producer + %d consumer warpgroups persistent%s",
-                 dtname(p->q.dtype), *D, bm, wsbn, bm / 64, splits > 1 ? " split-kv" : "");
+                 "cuda/sm90 fwd %s d%d wgmma %dx%d tma warp-specialized 1 producer + %d consumer warpgroups persistent%s%s",
+                 dtname(p->q.dtype), *D, bm, wsbn, bm / 64, p->block_table ? " (paged cache)" : "",
+                 splits > 1 ? " split-kv" : "");
     else if (*fast == FWD_SM90)
         snprintf(im->qname, sizeof im->qname, "cuda/sm90 fwd %s d%d wgmma %dx%d 2 warpgroups%s%s", dtname(p->q.dtype), *D,
                  bm, fa_fwd_sm90_bn(*D), p->block_table ? " (paged cache)" : "",
@@ -220,8 +234,9 @@ fa_status cuda_forward(fa_context *ctx, const fa_problem *p)
     CUtensorMap maps[3];
     if (fast == FWD_SM90WS) {
         const int vl = p->layout == FA_LAYOUT_VARLEN;
+        const int box = ws_box_rows(p, bn);   /* a paged cache's maps span its pages */
         if (!qkv_tensor_map(im, &maps[0], &p->q, p->dqk, vl, bm) ||
-            !qkv_tensor_map(im, &maps[1], &p->k, p->dqk, vl, bn) || !qkv_tensor_map(im, &maps[2], &p->v, p->dv, vl, bn)) {
+            !qkv_tensor_map(im, &maps[1], &p->k, p->dqk, vl, box) || !qkv_tensor_map(im, &maps[2], &p->v, p->dv, vl, box)) {
             H->verbose(ctx, "cuda: the driver could not encode the tensor maps of q/k/v: the first sm90 forward instead");
             fast = FWD_SM90;
             if (bm != FA_FWD_SM90_BM) {   /* the work tiles were counted for the ws kernel's rows */

@@ -18,7 +18,8 @@
  * Backward: the reference backend's forward gives out (fp32) and lse, the CUDA
  * backward's inputs; deterministic=1 repeated bitwise.
  * Usage: test_cuda [quick|san|decode|decode-san]  (exit status 0 = all passed, 77 = no CUDA context)
- *   decode: the decode kernel's cases and the KV-cache cases of the sweep only; decode-san:
+ *   decode: the decode kernel's cases and the KV-cache cases of the sweep (chunked prefill
+ *   into paged caches included) only; decode-san:
  *   the decode cases of san alone;
  *   quick: a subset of the sweep (prints failures only); san: a handful of small cases that
  *   run every kernel once (forward fast and general, d64/d128/d256, split-KV, varlen,
@@ -438,6 +439,29 @@ static void sweep_f32(void)
     if (!quick) run_varlen_bwd(FA_F32, 9, 256, FA_CAUSAL_BOTTOM_RIGHT, 0);
 }
 
+/* The KV-cache cases of the sweep: decode, decode + append and chunked prefill over
+   contiguous caches and pages of 1, 7, 16 and 256 rows; then chunked prefill into paged
+   caches: on Hopper the warp-specialized forward loads a page per TMA box (pages of
+   8-256 rows that divide the KV tile or are multiples of it), while 24-row pages (a box
+   would cross a page) and d256's 80-key tiles with 64-256-row pages take the first Hopper
+   forward. */
+static void run_kvcache_sweep(void)
+{
+    static const int pages[] = { 0, 1, 7, 16, 256 };
+    for (int pi = 0; pi < 5; pi++) {
+        run_kvcache(FA_BF16, 3, 1, 0, pages[pi], 128, FA_CAUSAL_NONE, 8, 2);
+        run_kvcache(FA_F16, 3, 1, 1, pages[pi], 64, FA_CAUSAL_BOTTOM_RIGHT, 8, 8);
+        run_kvcache(FA_BF16, 2, 16, 16, pages[pi], 128, FA_CAUSAL_BOTTOM_RIGHT, 4, 1);
+        if (!quick) run_kvcache(FA_F16, 4, 150, 150, pages[pi], 256, FA_CAUSAL_BOTTOM_RIGHT, 2, 2);
+    }
+    static const int ppages[] = { 8, 16, 24, 64, 128, 256 };
+    for (int pi = 0; pi < 6; pi++) {
+        run_kvcache(FA_BF16, 3, 200, 200, ppages[pi], 128, FA_CAUSAL_BOTTOM_RIGHT, 8, 2);
+        run_kvcache(FA_F16, 2, 130, 0, ppages[pi], 64, FA_CAUSAL_NONE, 4, 4);
+        if (!quick) run_kvcache(FA_BF16, 2, 96, 96, ppages[pi], 256, FA_CAUSAL_TOP_LEFT, 4, 1);
+    }
+}
+
 int main(int argc, char **argv)
 {
     int san = argc > 1 && !strcmp(argv[1], "san");
@@ -461,12 +485,7 @@ int main(int argc, char **argv)
     }
     if (decode_only) {   /* the decode kernel's cases and the KV-cache cases of the sweep */
         run_decode_suite();
-        static const int dpages[] = { 0, 1, 7, 16, 256 };
-        for (int pi = 0; pi < 5; pi++) {
-            run_kvcache(FA_BF16, 3, 1, 0, dpages[pi], 128, FA_CAUSAL_NONE, 8, 2);
-            run_kvcache(FA_F16, 3, 1, 1, dpages[pi], 64, FA_CAUSAL_BOTTOM_RIGHT, 8, 8);
-            run_kvcache(FA_BF16, 2, 16, 16, dpages[pi], 128, FA_CAUSAL_BOTTOM_RIGHT, 4, 1);
-        }
+        run_kvcache_sweep();
         printf("%d passed, %d failed\n", passes, fails);
         fa_context_destroy(cu);
         fa_context_destroy(ref);
@@ -495,13 +514,7 @@ int main(int argc, char **argv)
         run_varlen(dts[ti], 11, 128, FA_CAUSAL_BOTTOM_RIGHT);
         run_varlen(dts[ti], 1, 128, FA_CAUSAL_TOP_LEFT);
     }
-    static const int pages[] = { 0, 1, 7, 16, 256 };
-    for (int pi = 0; pi < 5; pi++) {
-        run_kvcache(FA_BF16, 3, 1, 0, pages[pi], 128, FA_CAUSAL_NONE, 8, 2);
-        run_kvcache(FA_F16, 3, 1, 1, pages[pi], 64, FA_CAUSAL_BOTTOM_RIGHT, 8, 8);
-        run_kvcache(FA_BF16, 2, 16, 16, pages[pi], 128, FA_CAUSAL_BOTTOM_RIGHT, 4, 1);
-        if (!quick) run_kvcache(FA_F16, 4, 150, 150, pages[pi], 256, FA_CAUSAL_BOTTOM_RIGHT, 2, 2);
-    }
+    run_kvcache_sweep();
     run_decode_suite();
     for (int n = 1; n <= 7; n += quick ? 3 : 1) run_combine(FA_BF16, n);
     run_dropout_mask(FA_BF16);

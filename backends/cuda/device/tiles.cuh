@@ -83,6 +83,21 @@ __device__ __forceinline__ void fa_load_tile90(unsigned char *dst, int nvalid, i
     }
 }
 
+/* The same by the 32 lanes of one warp in a rolled loop, each valid row's address from
+   rowptr(r) (a paged cache's rows); `any` is a readable address for the zero-filled
+   chunks' copies, which read no bytes. */
+template <int D, int R, typename T, typename RowFn>
+__device__ __forceinline__ void fa_load_rows_warp_fn(unsigned char *dst, const T *any, int nvalid, int ncols,
+                                                     RowFn rowptr)
+{
+    constexpr int CPR = D / 8;
+    for (int c = threadIdx.x % 32; c < R * CPR; c += 32) {
+        const int r = c / CPR, ch = c % CPR;
+        const bool ok = r < nvalid && ch * 8 < ncols;
+        fa_cp_async16(dst + fa_swz128<R>(r, ch), ok ? rowptr(r) + ch * 8 : any, ok ? 16 : 0);
+    }
+}
+
 /* The same by the 32 lanes of one warp (a producer warp), rows at row0 + r * rstride: lane
    l copies chunks l, l + 32, ... in a rolled loop (a producer runs on few registers). */
 template <int D, int R, typename T>

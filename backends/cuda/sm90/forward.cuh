@@ -3,7 +3,8 @@
  * or dropout; masks, sinks, GQA, varlen, KV cache, split-KV and fp32 out kept).
  *
  * No TMA and no warp specialization (forward_ws.cuh has both; this kernel serves paged KV
- * caches, whose pages a tensor map cannot follow). A block is 2 warpgroups (256 threads) and 128 query rows; each
+ * caches whose pages cannot be TMA boxes, and grids past forward_ws.cuh's 32-bit tile
+ * count). A block is 2 warpgroups (256 threads) and 128 query rows; each
  * warpgroup owns 64 rows:
  *   - Q [128 x D], K and V [BN x D] tiles live in shared memory in the 128-byte swizzled
  *     layout wgmma reads: the D columns are cut into blocks of 64 (128 bytes per row), each

@@ -34,9 +34,13 @@
  * Stage and Q barriers flip phase at each use: use u of a barrier waits for parity u & 1.
  * The producer and the consumers walk the same work tiles and KV tiles in the same order,
  * so each keeps its own count of stage uses.
- * Served: the fast kernel's feature set for dense, varlen and contiguous KV-cache layouts
- * (paged caches stay on forward.cuh); the host falls back to that kernel when a tensor
- * map cannot be encoded.
+ * Served: the fast kernel's feature set for dense, varlen and KV-cache layouts. A paged
+ * cache's full KV tiles come by TMA one box per page (the tensor map spans [pages, page
+ * rows, heads, columns]; a box is min(page size, BN) rows, which the host requires to be a
+ * multiple of 8 that divides BN or is a multiple of it, so that every box starts on the
+ * swizzle's 8-row period and stays within its page); its partial tile is copied row by row
+ * through the block table. Other page sizes stay on forward.cuh, and the host falls back to
+ * that kernel when a tensor map cannot be encoded.
  */
 #ifndef FA_CUDA_SM90_FORWARD_WS_CUH
 #define FA_CUDA_SM90_FORWARD_WS_CUH
@@ -125,14 +129,30 @@ __global__ void __launch_bounds__(fa_fwd_ws_nt(BM_), 1)
         /* A KV tile of the partial kind: rows [0, nval) x columns [0, ncols), the rest zero;
            the 32 lanes copy, wait for their copies, order them before the tensor cores'
            reads, and lane 0 completes the barrier's phase. */
-        auto copy_tail = [&](unsigned char *dst, uint32_t bar, const T *row0, int64_t rstride, int nval, int ncols) {
-            fa_load_rows_warp<D, BN, T>(dst, row0, rstride, nval, ncols);
+        auto copied = [&](uint32_t bar) {
             fa_cp_async_commit();
             fa_cp_async_wait<0>();
             fa_fence_proxy_async();
             __syncwarp();
             if (lane == 0) fa_mbar_arrive(bar);
         };
+        auto copy_tail = [&](unsigned char *dst, uint32_t bar, const T *row0, int64_t rstride, int nval, int ncols) {
+            fa_load_rows_warp<D, BN, T>(dst, row0, rstride, nval, ncols);
+            copied(bar);
+        };
+        /* the same for a paged cache: each row through the block table */
+        auto copy_tail_paged = [&](unsigned char *dst, uint32_t bar, const fa_fwd_block &fb, int n0, const void *base,
+                                   int64_t sb, int64_t ss, int64_t sh, int nval, int ncols) {
+            const T *t0 = reinterpret_cast<const T *>(base);
+            fa_load_rows_warp_fn<D, BN, T>(dst, t0, nval, ncols, [&](int r) {
+                return t0 + fa_dev_krow(p, fb.s, fb.b, n0 + r, fb.hk, sb, ss, sh);
+            });
+            copied(bar);
+        };
+        /* a paged cache: rows per TMA box (the host takes this kernel only for page sizes
+           that are multiples of 8 and divide BN or are multiples of it) */
+        const bool paged = p.block_table != nullptr;
+        const int pr = paged ? min(p.page_size, BN) : BN;
         int use = 0, qn = 0;
         for (int t = blockIdx.x, j = 0;; j++) {
             /* publish tile t (ntiles or more: the end) in slot j % 2, then take the next ticket */
@@ -170,9 +190,26 @@ __global__ void __launch_bounds__(fa_fwd_ws_nt(BM_), 1)
                 auto load = [&](const CUtensorMap *map, unsigned char *dst, uint32_t full, uint32_t empty,
                                 const void *base, int64_t sb, int64_t ss, int64_t sh, int ncols) {
                     fa_mbar_wait(empty, ph ^ 1);
-                    if (!tma) {
+                    if (!tma && paged) {
+                        copy_tail_paged(dst, full, fb, n0, base, sb, ss, sh, nval, ncols);
+                    } else if (!tma) {
                         copy_tail(dst, full, reinterpret_cast<const T *>(base) + s.tb * sb + (s.k0 + n0) * ss + (int64_t)fb.hk * sh,
                                   ss, nval, ncols);
+                    } else if (paged) {
+                        /* a paged cache's full tile: lane i loads box i (pr rows) from the
+                           page that holds keys n0 + i * pr .., once lane 0 has set the
+                           expected bytes */
+                        if (lane == 0) fa_mbar_expect_tx(full, C::KB);
+                        __syncwarp();
+                        if (lane < BN / pr) {
+                            const int r0 = lane * pr;
+                            const int pg = fa_clampi(p.block_table[(int64_t)fb.b * p.max_pages + (n0 + r0) / p.page_size],
+                                                     0, p.num_pages - 1);
+#pragma unroll
+                            for (int c = 0; c < D / 64; c++)
+                                fa_tma_load_4d(fa_smem_u32(dst + c * BN * 128 + r0 * 128), map, full, c * 64,
+                                               (n0 + r0) % p.page_size, fb.hk, pg);
+                        }
                     } else if (lane == 0) {
                         fa_mbar_expect_tx(full, C::KB);
 #pragma unroll

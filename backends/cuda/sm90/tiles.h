@@ -5,7 +5,7 @@
 #ifndef FA_CUDA_SM90_TILES_H
 #define FA_CUDA_SM90_TILES_H
 
-/* ---- forward.cuh: the first Hopper forward (paged KV caches) ---------------------------- */
+/* ---- forward.cuh: the first Hopper forward (paged KV caches of other page sizes) -------- */
 /* 2 warpgroups, 128 query rows, BN keys per KV tile, K/V double-buffered */
 static constexpr inline int fa_fwd_sm90_bn(int D) { return D >= 256 || D <= 64 ? 64 : 128; }
 /* blocks per SM the kernel is compiled for: d64 (tiles 128 x 64, ~100 registers) runs 2 */
