@@ -12,7 +12,9 @@
  * by device copies over the buffers): every output is then a convex combination of V rows,
  * so each cell checks that every element was written, is finite and within [-1, 1]; the
  * numerics against the oracle are test_cuda's (tests/cuda/cuda_decode.c). The lines are the input of bench/peers/torch_gpu.py
- * --decode (torch SDPA on the same shapes).
+ * --decode (torch SDPA on the same shapes). Last, chunked prefill: 512 and 2048 new
+ * tokens' queries over an 8k cache (B = 4, GQA 32:8, d = 128), contiguous and paged (16,
+ * 64, 256), in TFLOP/s of useful work and against the contiguous cache.
  */
 #include "config.h"
 #include <stdlib.h>
@@ -91,6 +93,16 @@ static CUresult fill_random(CUdeviceptr dst, size_t bytes, uint64_t seed)
    128 x 4 x 32 x 128), cache_seqlens, a block table of 1-row pages. */
 typedef struct { CUdeviceptr k, v, q, out, cs, bt; } gbufs;
 
+/* Are the nout bf16 outputs all written (out was filled with NaN), finite and in [-1, 1]? */
+static int out_ok(const gbufs *g, size_t nout)
+{
+    uint16_t *o = malloc(nout * 2);
+    int ok = o && cudrv_download(o, g->out, nout * 2) == 0;
+    for (size_t i = 0; ok && i < nout; i++) ok = (o[i] & 0x7fff) <= 0x3f80;   /* |x| <= 1, not NaN */
+    free(o);
+    return ok;
+}
+
 /* One cell: its views, the check (every output 1), the timing. Returns 1 on a failure. */
 static int run_gcell(fa_context *ctx, const gbufs *g, const gcell *c, double copy_bps, FILE *f)
 {
@@ -137,10 +149,7 @@ static int run_gcell(fa_context *ctx, const gbufs *g, const gcell *c, double cop
     fa_query(ctx, &name, &k.out, NULL, &k.q, &dk, &dk, &k.opt);
     fa_status st = call_kv(&k);
     cudrv_sync();
-    uint16_t *o = malloc(nout * 2);
-    int ok = st == FA_OK && o && cudrv_download(o, g->out, nout * 2) == 0;
-    for (size_t i = 0; ok && i < nout; i++) ok = (o[i] & 0x7fff) <= 0x3f80;   /* |x| <= 1, not NaN */
-    free(o);
+    const int ok = st == FA_OK && out_ok(g, nout);
     if (!ok) {
         fprintf(f, "  %s FAILED: %s\n", shape, st != FA_OK ? fa_last_error(ctx) : "an output unwritten, not finite or outside [-1, 1]");
         free(bt);
@@ -155,6 +164,54 @@ static int run_gcell(fa_context *ctx, const gbufs *g, const gcell *c, double cop
     return 0;
 }
 
+/* Chunked prefill: snew queries per sequence at the end of a cache of S tokens (already
+   holding them), bottom-right causal, contiguous or paged; TFLOP/s of the useful work
+   (4 d per (query, visible key) pair) and the rate against the contiguous cache's, which
+   runs first. Returns 1 on a failure. */
+static int run_prefill(fa_context *ctx, const gbufs *g, int snew, int page, double *contig, FILE *f)
+{
+    const int B = 4, S = 8192, H = 32, Hkv = 8, d = 128;
+    kv_call k;
+    memset(&k, 0, sizeof k);
+    k.ctx = ctx;
+    k.opt.causal = FA_CAUSAL_BOTTOM_RIGHT;
+    k.q = fa_tensor_contiguous((void *)(uintptr_t)g->q, FA_BF16, B, snew, H, d);
+    k.out = fa_tensor_contiguous((void *)(uintptr_t)g->out, FA_BF16, B, snew, H, d);
+    const int64_t N0 = page ? (int64_t)B * S / page : B, S1 = page ? page : S;
+    k.k = fa_tensor_contiguous((void *)(uintptr_t)g->k, FA_BF16, N0, S1, Hkv, d);
+    k.v = fa_tensor_contiguous((void *)(uintptr_t)g->v, FA_BF16, N0, S1, Hkv, d);
+    k.cs = (const int32_t *)(uintptr_t)g->cs;
+    int32_t cs[4] = { S - snew, S - snew, S - snew, S - snew }, *bt = NULL;
+    cudrv_upload(g->cs, cs, sizeof cs);
+    if (page) {   /* pages in reverse order */
+        k.maxp = S / page;
+        bt = malloc(sizeof(int32_t) * (size_t)(B * k.maxp));
+        if (!bt) return 1;
+        for (int64_t i = 0; i < B * k.maxp; i++) bt[i] = (int32_t)(B * k.maxp - 1 - i);
+        cudrv_upload(g->bt, bt, sizeof(int32_t) * (size_t)(B * k.maxp));
+        free(bt);
+        k.bt = (const int32_t *)(uintptr_t)g->bt;
+    }
+    char shape[80];
+    snprintf(shape, sizeof shape, "prefill B=%d cache=%d new=%4d H=%d/%d d%d %s", B, S, snew, H, Hkv, d,
+             page == 0 ? "contig " : page == 16 ? "page16 " : page == 64 ? "page64 " : "page256");
+    const size_t nout = (size_t)B * snew * H * d;
+    cudrv_fill16(g->out, 0xffff, nout);
+    fa_status st = call_kv(&k);
+    cudrv_sync();
+    const int ok = st == FA_OK && out_ok(g, nout);
+    if (!ok) {
+        fprintf(f, "  %s FAILED: %s\n", shape, st != FA_OK ? fa_last_error(ctx) : "an output unwritten, not finite or outside [-1, 1]");
+        return 1;
+    }
+    /* query i of the chunk sees S - snew + i + 1 keys */
+    const double pairs = (double)snew * (S - snew) + (double)snew * (snew + 1) / 2.0;
+    const double t = time_calls(call_kv, &k, 10), tf = 4.0 * d * B * H * pairs / t / 1e12;
+    if (!page) *contig = tf;
+    fprintf(f, "  %s  %8.1f us  %6.1f TFLOP/s  %4.2f of contiguous\n", shape, t * 1e6, tf, tf / *contig);
+    return 0;
+}
+
 int decode_gpu_bench(bench_run *R, fa_context *ctx, FILE *f)
 {
     char why[256];
@@ -164,7 +221,8 @@ int decode_gpu_bench(bench_run *R, fa_context *ctx, FILE *f)
     }
     gbufs g;
     memset(&g, 0, sizeof g);
-    const size_t kvb = (size_t)MAX_ROWS * 2, qb = (size_t)128 * 4 * 32 * 128 * 2;
+    /* q and out: room for 128 x 4 decode rows, or 4 x 2048 chunked-prefill rows, of 32 x 128 */
+    const size_t kvb = (size_t)MAX_ROWS * 2, qb = (size_t)4 * 2048 * 32 * 128 * 2;
     CUresult r = cudrv_alloc(&g.k, kvb);
     if (r == 0) r = cudrv_alloc(&g.v, kvb);
     if (r == 0) r = cudrv_alloc(&g.q, qb);
@@ -209,6 +267,13 @@ int decode_gpu_bench(bench_run *R, fa_context *ctx, FILE *f)
                 gcell c = { Bs[bi], Ss[si], 32, x ? 32 : 8, x ? 128 : 64, 1, 0 };
                 failed |= run_gcell(ctx, &g, &c, copy_bps, f);
             }
+    fprintf(f, "cuda: chunked prefill into a KV cache, bf16, causal (bottom-right): the new tokens' "
+               "queries over the whole cache\n");
+    for (int n = 512; n <= 2048; n *= 4) {
+        static const int ppages[] = { 0, 16, 64, 256 };
+        double contig = 0.0;
+        for (int pi = 0; pi < 4; pi++) failed |= run_prefill(ctx, &g, n, ppages[pi], &contig, f);
+    }
 done:
     cudrv_free(g.k); cudrv_free(g.v); cudrv_free(g.q); cudrv_free(g.out); cudrv_free(g.cs); cudrv_free(g.bt);
     cudrv_close();
