@@ -191,32 +191,34 @@ static void bwd_sizes(const bwd_geom *g, int nt, bwd_buffers *bf, int *ovf)
     bf->nqshf = fa_sz_mul(bf->nqsh, qblk, &bf->sovf);
 }
 
-static void bwd_free(bwd_buffers *bf)
+/* The call's own buffers freed; the kept ones (scr, dqp, qsh or qcache) stay with the
+   context unless past FA_CPU_KEPT_MAX. */
+static void bwd_free(fa_cpu_state *st, bwd_buffers *bf)
 {
-    free(bf->scr); free(bf->dqp); free(bf->D); free(bf->dsp); free(bf->qcache);
-    free(bf->qflags); free(bf->qsh);
+    free(bf->D); free(bf->dsp); free(bf->qflags);
+    for (int i = 0; i < 3; i++) fa_cpu_kept_end(&st->kept[i], 0);
 }
 
 /* The buffers of bwd_sizes; scratch is zeroed inside the parallel region (each thread its
    slice, first touch in parallel) instead of by one thread here. Returns 0 when a
    required buffer is missing. */
-static int bwd_alloc(const bwd_geom *g, int nt, bwd_buffers *bf)
+static int bwd_alloc(fa_cpu_state *st, const bwd_geom *g, int nt, bwd_buffers *bf)
 {
     const fa_problem *p = g->p;
-    bf->scr = fa_cpu_alloc_raw(bf->scrsz);
-    bf->dqp = fa_cpu_alloc_raw(bf->ndqp);
+    bf->scr = fa_cpu_kept_get(&st->kept[FA_CPU_KEPT_SCR], bf->scrsz);
+    bf->dqp = fa_cpu_kept_get(&st->kept[FA_CPU_KEPT_BIG], bf->ndqp);
     bf->D = fa_cpu_alloc(bf->nlse);
     bf->dsp = fa_cpu_alloc(bf->nbh);
     bf->qsh = NULL;
     if (!bf->sovf && g->C >= Q_SHARED_MIN_C && g->nqbmax > 0 && bf->nqshf <= Q_SHARED_MAX / 4)
-        bf->qsh = fa_cpu_alloc_raw(bf->nqshf);
+        bf->qsh = fa_cpu_kept_get(&st->kept[FA_CPU_KEPT_QSIDE], bf->nqshf);
     bf->qcache = NULL;
     bf->qflags = NULL;
     if (!bf->qsh && !bf->qovf && bf->qcper <= Q_CACHE_MAX / 4 && g->nqbmax > 0) {
-        bf->qcache = fa_cpu_alloc_raw(bf->qcper * nt);
+        bf->qcache = fa_cpu_kept_get(&st->kept[FA_CPU_KEPT_QSIDE], bf->qcper * nt);
         bf->qflags = (unsigned char *)calloc((size_t)(g->nqbmax * p->group * nt), 1);
         if (!bf->qcache || !bf->qflags) {
-            free(bf->qcache); free(bf->qflags);
+            free(bf->qflags);
             bf->qcache = NULL; bf->qflags = NULL;
         }
     }
@@ -346,8 +348,9 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
         return fa_set_error(ctx, FA_ERR_NO_MEMORY,
                             "cpu backend: the backward's scratch for head dims %lld/%lld "
                             "does not fit in 64 bits", (long long)p->dqk, (long long)p->dv);
-    if (!bwd_alloc(&g, nt, &bf)) {
-        bwd_free(&bf);
+    fa_cpu_state *st = (fa_cpu_state *)ctx->impl;
+    if (!bwd_alloc(st, &g, nt, &bf)) {
+        bwd_free(st, &bf);
         return fa_set_error(ctx, FA_ERR_NO_MEMORY,
                             "cpu backend: cannot allocate the backward's scratch (%lld + %lld "
                             "floats: per-thread tiles and the dQ partials)", (long long)bf.scrsz,
@@ -386,6 +389,6 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
             for (int64_t b = 0; b < p->batch; b++) s += bf.dsp[b * p->hq + h];
             p->dsinks[h] = s;
         }
-    bwd_free(&bf);
+    bwd_free(st, &bf);
     return FA_OK;
 }
