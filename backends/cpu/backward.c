@@ -12,7 +12,8 @@
  *   phase 1  parallel over (b, h): D per row, dsink partial per (b, h)
  *   phase 1b zero the dQ partials; when C >= 4, pack the Q side of every (b, h, Q block)
  *            once into a shared buffer (else each task packs its head per thread)
- *   phase 2  parallel over tasks (b, KV head, chunk c of KV tiles)   [dynamic, fa_cpu_bwd_task]
+ *   phase 2  parallel over tasks (chunk c of KV tiles, b, KV head)   [dynamic, fa_cpu_bwd_task;
+ *            chunk-major: the causal-heavy first chunks start first]
  *              for each KV tile of the chunk (K, V -> fp32 rows, dK, dV accumulators):
  *                for each query head of the group, each Q block that sees the tile:
  *                  S^T = K Q^T, P^T = exp(S^T - lse)          gemm_rowA, exp_sub

@@ -361,8 +361,9 @@ void fa_cpu_bwd_task(const bwd_geom *g, int64_t t, bwd_scratch *w)
 {
     const fa_problem *p = g->p;
     const int C = g->C, bkv = g->bkv, bq = g->bq;
-    int64_t b = t / (p->hkv * C), hk = (t / C) % p->hkv;
-    int c = (int)(t % C);
+    const int64_t nbh = p->batch * p->hkv;
+    int c = (int)(t / nbh);
+    int64_t b = t % nbh / p->hkv, hk = t % p->hkv;
     fa_seq sq = fa_problem_seq(p, b);
     int64_t nkb = (sq.sk + bkv - 1) / bkv;
     int64_t kb0 = nkb * c / C, kb1 = nkb * (c + 1) / C;

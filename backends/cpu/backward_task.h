@@ -42,7 +42,10 @@ typedef struct {
     float *dqt;
 } bwd_scratch;
 
-/* Task t of B * Hkv * C: batch t / (Hkv C), KV head (t / C) % Hkv, chunk t % C. */
+/* Task t of C * B * Hkv: chunk t / (B Hkv), batch t % (B Hkv) / Hkv, KV head t % Hkv.
+   Every head's first chunk comes first: under a causal mask it is the heaviest (its keys
+   are seen by the most query rows), so the dynamic schedule starts the long tasks first
+   instead of alternating long and short ones. */
 void fa_cpu_bwd_task(const bwd_geom *g, int64_t t, bwd_scratch *w);
 
 #endif
