@@ -226,14 +226,14 @@ static int bwd_alloc(fa_cpu_state *st, const bwd_geom *g, int nt, bwd_buffers *b
     return bf->scr && bf->dqp && bf->D && bf->dsp;
 }
 
-/* Thread tid's scratch, zeroed by the calling thread. */
+/* Thread tid's scratch, zeroed by the calling thread (its Q-side cache blocks are zeroed
+   one by one just before their pack, pair_qside). */
 static bwd_scratch bwd_scratch_at(const bwd_geom *g, const bwd_buffers *bf, int tid)
 {
     const int64_t bkv = g->bkv, ldq = g->ldq, ldk = g->ldk, ldv = g->ldv;
     bwd_scratch w;
     float *base = bf->scr + bf->per * tid;
     memset(base, 0, sizeof(float) * (size_t)bf->per);
-    if (bf->qcache) memset(bf->qcache + bf->qcper * tid, 0, sizeof(float) * (size_t)bf->qcper);
     w.kc = base; base += bkv * ldk;
     w.vc = base; base += bkv * ldv;
     w.dk = base; base += bkv * ldk;

@@ -134,6 +134,10 @@ static void pair_qside(const bwd_geom *g, bwd_pair *pr, bwd_scratch *w)
     }
     pr->q = fa_cpu_qside_at(blk, &g->qg);
     if (!g->qsh && (!flag || !*flag)) {
+        /* a cache block is zeroed here, not with the thread's scratch: the pack then
+           writes lines the zeroing just brought into L2 instead of the whole cache being
+           zeroed out to memory first (as the shared pack, pack_shared) */
+        if (flag) memset(blk, 0, sizeof(float) * (size_t)g->qblk);
         fa_cpu_pack_q_block(p, g->K, g->X, &g->qg, &pr->q, pr->sq, pr->b, pr->h, pr->i0, pr->ni,
                             g->D, w->t16, g->ldt);
         if (flag) *flag = 1;
