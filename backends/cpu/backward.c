@@ -10,10 +10,13 @@
  *   lse includes exp(sink)      ->  dsinks[h] = -sum_i exp(sink - lse_i) D_i
  *
  *   phase 1  parallel over (b, h): D per row, dsink partial per (b, h)
- *   phase 1b zero the dQ partials; when C >= 4, pack the Q side of every (b, h, Q block)
- *            once into a shared buffer (else each task packs its head per thread)
- *   phase 2  parallel over tasks (b, KV head, chunk c of KV tiles)   [dynamic, fa_cpu_bwd_task]
- *              for each KV tile of the chunk (K, V -> fp32 rows, dK, dV accumulators):
+ *   phase 1b zero the dQ partials; when each head is split in T >= 4 tasks, pack the Q
+ *            side of every (b, h, Q block) once into a shared buffer (else each task
+ *            packs its head per thread)
+ *   phase 2  parallel over tasks (span u of T, b, KV head)   [dynamic, fa_cpu_bwd_task;
+ *            span-major: the causal-heavy first spans start first]
+ *              for each chunk c of the span, each KV tile of the chunk (K, V -> fp32
+ *              rows, dK, dV accumulators):
  *                for each query head of the group, each Q block that sees the tile:
  *                  S^T = K Q^T, P^T = exp(S^T - lse)          gemm_rowA, exp_sub
  *                  dP^T = V dO^T                              gemm_rowA
@@ -26,7 +29,9 @@
  * dQ strategy: one fp32 dQ partial per KV chunk, chunks fixed by shapes
  *   (C = ceil(32 / (B*Hkv)) capped by 16 and the KV tile count), reduced in fixed order:
  *   bitwise identical for any thread count, always (deterministic = 1 costs nothing),
- *   with C * Sq * H * dqk * 4 bytes of scratch (O(S) per head).
+ *   with C * Sq * H * dqk * 4 bytes of scratch (O(S) per head). The thread count only
+ *   groups whole chunks into tasks (T per head, bwd_spans): fewer threads, fewer and
+ *   longer tasks, each packing its head's Q side once.
  */
 #include "config.h"
 #include <math.h>
@@ -43,7 +48,7 @@
 #include "vecops.h"
 
 #define CHUNK_TARGET 32    /* 128 measured 5-20% slower at 1 thread (B*H=16, S=1k) */
-#define Q_SHARED_MIN_C 4   /* shared Q-side pack when each head is split in >= this many chunks */
+#define Q_SHARED_MIN_C 4   /* shared Q-side pack when each head is split in >= this many tasks */
 #define Q_CACHE_MAX ((int64_t)64 << 20)   /* bytes per thread (fallback cache) */
 #define Q_SHARED_MAX ((int64_t)1 << 30)   /* bytes of the shared Q-side pack */
 
@@ -59,6 +64,19 @@ static int bwd_chunks(const fa_problem *p, int bkv)
     return c < 1 ? 1 : (int)c;
 }
 
+
+/* Tasks per (batch, KV head): enough for two per thread, at most C. A task spans whole
+   chunks (each keeps its own dQ partial, summed in the same order), so T changes only who
+   computes what: the numbers stay the same for any thread count. One task per head packs
+   the head's Q side once instead of once per chunk (1 thread, H16 S1k: C = 2 -> T = 1). */
+static int bwd_spans(const fa_problem *p, int C, int nt)
+{
+    int64_t bh = p->batch * p->hkv;
+    if (bh < 1) bh = 1;
+    int64_t t = (2 * (int64_t)nt + bh - 1) / bh;
+    if (t > C) t = C;
+    return t < 1 ? 1 : (int)t;
+}
 
 /* Leading dimension (bf16 elements) of an AMX A operand with k = n: whole 32-element
    steps, an odd number of 64-byte lines (as fa_cpu_ld, for the tile loads' L1 sets). */
@@ -158,7 +176,7 @@ static void bwd_sizes(const bwd_geom *g, int nt, bwd_buffers *bf, int *ovf)
     bf->nbh = fa_sz_mul(p->batch, p->hq, ovf);
     bf->nlse = p->layout == FA_LAYOUT_VARLEN ? fa_sz_mul(p->hq, p->q.shape[1], ovf)
                                              : fa_sz_mul(bf->nbh, p->q.shape[1], ovf);
-    bf->ntask = fa_sz_mul(fa_sz_mul(p->batch, p->hkv, ovf), g->C, ovf);
+    bf->ntask = fa_sz_mul(fa_sz_mul(p->batch, p->hkv, ovf), g->T, ovf);
     bf->lkp = (bkv + 31) / 32 * 16;
     /* kc, vc, dk, dv [bkv x ld]; a Q-side block; s, dp, pd, t [bkv x ldq]; row, row2;
        5 int64 arrays [ldq]; AMX buffers (bwd_scratch), in floats */
@@ -182,55 +200,60 @@ static void bwd_sizes(const bwd_geom *g, int nt, bwd_buffers *bf, int *ovf)
     bf->qovf = 0;   /* the caches are optional: one that does not fit is not used */
     bf->qcper = fa_sz_pad(fa_sz_mul(fa_sz_mul(g->nqbmax, p->group, &bf->qovf), qblk, &bf->qovf),
                           &bf->qovf);
-    /* shared Q-side pack (C >= 4, i.e. B*Hkv <= 8): every (b, head, Q block) packed once,
-       in a parallel phase, and only read by the tasks, so the C chunks of one head no
-       longer pack it C times; else the per-thread cache, packed once per task (cheaper
-       at small C: it stays warm in L2; the shared pack measured ~5% slower at C = 2) */
+    /* shared Q-side pack (T >= 4 tasks per head, so C >= 4 and B*Hkv <= 8; or C >= 4 and
+       the per-thread cache does not fit): every (b, head, Q block) packed once, in a
+       parallel phase, and only read by the tasks, so the T tasks of one head no longer
+       pack it T times; else the per-thread cache, packed once per task (cheaper at small
+       T: it stays warm in L2; the shared pack measured ~5% slower at C = 2) */
     bf->sovf = 0;
     bf->nqsh = fa_sz_mul(bf->nbh, g->nqbmax, &bf->sovf);
     bf->nqshf = fa_sz_mul(bf->nqsh, qblk, &bf->sovf);
 }
 
-static void bwd_free(bwd_buffers *bf)
+/* The call's own buffers freed; the kept ones (scr, dqp, qsh or qcache) stay with the
+   context unless past FA_CPU_KEPT_MAX. */
+static void bwd_free(fa_cpu_state *st, bwd_buffers *bf)
 {
-    free(bf->scr); free(bf->dqp); free(bf->D); free(bf->dsp); free(bf->qcache);
-    free(bf->qflags); free(bf->qsh);
+    free(bf->D); free(bf->dsp); free(bf->qflags);
+    for (int i = 0; i < 3; i++) fa_cpu_kept_end(&st->kept[i], 0);
 }
 
 /* The buffers of bwd_sizes; scratch is zeroed inside the parallel region (each thread its
    slice, first touch in parallel) instead of by one thread here. Returns 0 when a
    required buffer is missing. */
-static int bwd_alloc(const bwd_geom *g, int nt, bwd_buffers *bf)
+static int bwd_alloc(fa_cpu_state *st, const bwd_geom *g, int nt, bwd_buffers *bf)
 {
     const fa_problem *p = g->p;
-    bf->scr = fa_cpu_alloc_raw(bf->scrsz);
-    bf->dqp = fa_cpu_alloc_raw(bf->ndqp);
+    bf->scr = fa_cpu_kept_get(&st->kept[FA_CPU_KEPT_SCR], bf->scrsz);
+    bf->dqp = fa_cpu_kept_get(&st->kept[FA_CPU_KEPT_BIG], bf->ndqp);
     bf->D = fa_cpu_alloc(bf->nlse);
     bf->dsp = fa_cpu_alloc(bf->nbh);
     bf->qsh = NULL;
-    if (!bf->sovf && g->C >= Q_SHARED_MIN_C && g->nqbmax > 0 && bf->nqshf <= Q_SHARED_MAX / 4)
-        bf->qsh = fa_cpu_alloc_raw(bf->nqshf);
+    int cache_fits = !bf->qovf && bf->qcper <= Q_CACHE_MAX / 4;
+    if (!bf->sovf && g->C >= Q_SHARED_MIN_C && (g->T >= Q_SHARED_MIN_C || !cache_fits) &&
+        g->nqbmax > 0 && bf->nqshf <= Q_SHARED_MAX / 4)
+        bf->qsh = fa_cpu_kept_get(&st->kept[FA_CPU_KEPT_QSIDE], bf->nqshf);
     bf->qcache = NULL;
     bf->qflags = NULL;
-    if (!bf->qsh && !bf->qovf && bf->qcper <= Q_CACHE_MAX / 4 && g->nqbmax > 0) {
-        bf->qcache = fa_cpu_alloc_raw(bf->qcper * nt);
+    if (!bf->qsh && cache_fits && g->nqbmax > 0) {
+        bf->qcache = fa_cpu_kept_get(&st->kept[FA_CPU_KEPT_QSIDE], bf->qcper * nt);
         bf->qflags = (unsigned char *)calloc((size_t)(g->nqbmax * p->group * nt), 1);
         if (!bf->qcache || !bf->qflags) {
-            free(bf->qcache); free(bf->qflags);
+            free(bf->qflags);
             bf->qcache = NULL; bf->qflags = NULL;
         }
     }
     return bf->scr && bf->dqp && bf->D && bf->dsp;
 }
 
-/* Thread tid's scratch, zeroed by the calling thread. */
+/* Thread tid's scratch, zeroed by the calling thread (its Q-side cache blocks are zeroed
+   one by one just before their pack, pair_qside). */
 static bwd_scratch bwd_scratch_at(const bwd_geom *g, const bwd_buffers *bf, int tid)
 {
     const int64_t bkv = g->bkv, ldq = g->ldq, ldk = g->ldk, ldv = g->ldv;
     bwd_scratch w;
     float *base = bf->scr + bf->per * tid;
     memset(base, 0, sizeof(float) * (size_t)bf->per);
-    if (bf->qcache) memset(bf->qcache + bf->qcper * tid, 0, sizeof(float) * (size_t)bf->qcper);
     w.kc = base; base += bkv * ldk;
     w.vc = base; base += bkv * ldv;
     w.dk = base; base += bkv * ldk;
@@ -341,13 +364,15 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
     bwd_buffers bf;
     int ovf = 0;
     bwd_geom_of(ctx, p, &g, &ovf);
+    g.T = bwd_spans(p, g.C, nt);
     bwd_sizes(&g, nt, &bf, &ovf);
     if (ovf)
         return fa_set_error(ctx, FA_ERR_NO_MEMORY,
                             "cpu backend: the backward's scratch for head dims %lld/%lld "
                             "does not fit in 64 bits", (long long)p->dqk, (long long)p->dv);
-    if (!bwd_alloc(&g, nt, &bf)) {
-        bwd_free(&bf);
+    fa_cpu_state *st = (fa_cpu_state *)ctx->impl;
+    if (!bwd_alloc(st, &g, nt, &bf)) {
+        bwd_free(st, &bf);
         return fa_set_error(ctx, FA_ERR_NO_MEMORY,
                             "cpu backend: cannot allocate the backward's scratch (%lld + %lld "
                             "floats: per-thread tiles and the dQ partials)", (long long)bf.scrsz,
@@ -373,7 +398,7 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
 #pragma omp for schedule(dynamic, 1)
             for (int64_t x = 0; x < bf.nqsh; x++) pack_shared(&g, &bf, x, &w);
         }
-        /* phase 2: the tasks (batch, KV head, chunk) */
+        /* phase 2: the tasks (span, batch, KV head) */
 #pragma omp for schedule(dynamic, 1)
         for (int64_t t = 0; t < bf.ntask; t++) fa_cpu_bwd_task(&g, t, &w);
         /* phase 3: dQ = scale * sum_c partial_c, fixed order */
@@ -386,6 +411,6 @@ fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p)
             for (int64_t b = 0; b < p->batch; b++) s += bf.dsp[b * p->hq + h];
             p->dsinks[h] = s;
         }
-    bwd_free(&bf);
+    bwd_free(st, &bf);
     return FA_OK;
 }

@@ -134,6 +134,10 @@ static void pair_qside(const bwd_geom *g, bwd_pair *pr, bwd_scratch *w)
     }
     pr->q = fa_cpu_qside_at(blk, &g->qg);
     if (!g->qsh && (!flag || !*flag)) {
+        /* a cache block is zeroed here, not with the thread's scratch: the pack then
+           writes lines the zeroing just brought into L2 instead of the whole cache being
+           zeroed out to memory first (as the shared pack, pack_shared) */
+        if (flag) memset(blk, 0, sizeof(float) * (size_t)g->qblk);
         fa_cpu_pack_q_block(p, g->K, g->X, &g->qg, &pr->q, pr->sq, pr->b, pr->h, pr->i0, pr->ni,
                             g->D, w->t16, g->ldt);
         if (flag) *flag = 1;
@@ -357,43 +361,55 @@ static void store_dkdv(const bwd_geom *g, const fa_seq *sq, int64_t b, int64_t h
     }
 }
 
+/* KV tile kb of (batch b, KV head hk) against every Q block of the group's heads that sees
+   it; dQ into the chunk's partial dqc, dK and dV written. */
+static void bwd_tile(const bwd_geom *g, const fa_seq *sq, int64_t b, int64_t hk, int64_t kb,
+                     float *dqc, bwd_scratch *w)
+{
+    const fa_problem *p = g->p;
+    const int bkv = g->bkv, bq = g->bq;
+    const int64_t qbase = sq->tb * p->q.shape[1] + sq->q0;
+    bwd_pair pr;
+    pr.sq = sq;
+    pr.b = b;
+    pr.j0 = kb * bkv;
+    pr.nk = (int)(sq->sk - pr.j0 < bkv ? sq->sk - pr.j0 : bkv);
+    int kvbad = load_kv(g, sq, b, hk, pr.j0, pr.nk, w, &pr.kbad);
+    memset(w->dk, 0, sizeof(float) * (size_t)(pr.nk * g->ldk));
+    memset(w->dv, 0, sizeof(float) * (size_t)(pr.nk * g->ldv));
+    for (pr.h = hk * p->group; pr.h < (hk + 1) * p->group; pr.h++) {
+        for (pr.i0 = 0; pr.i0 < sq->sq; pr.i0 += bq) {
+            pr.ni = (int)(sq->sq - pr.i0 < bq ? sq->sq - pr.i0 : bq);
+            if (!pair_rows(g, &pr, w)) continue;
+            pair_qside(g, &pr, w);
+            pair_select(g, &pr, kvbad, w);
+            pr.dqb = dqc + (pr.h * g->qrows + qbase + pr.i0) * g->lddq;
+            recompute_p(g, &pr, w);
+            dp_product(g, &pr, w);
+            const float *pv = dropout(g, &pr, w);
+            dv_product(g, &pr, pv, w);
+            ds(g, &pr, w);
+            dk_product(g, &pr, w);
+            dq_product(g, &pr, w);
+        }
+    }
+    store_dkdv(g, sq, b, hk, pr.j0, pr.nk, w);
+}
+
 void fa_cpu_bwd_task(const bwd_geom *g, int64_t t, bwd_scratch *w)
 {
     const fa_problem *p = g->p;
-    const int C = g->C, bkv = g->bkv, bq = g->bq;
-    int64_t b = t / (p->hkv * C), hk = (t / C) % p->hkv;
-    int c = (int)(t % C);
+    const int C = g->C, T = g->T;
+    const int64_t nbh = p->batch * p->hkv;
+    int u = (int)(t / nbh);
+    int64_t b = t % nbh / p->hkv, hk = t % p->hkv;
     fa_seq sq = fa_problem_seq(p, b);
-    int64_t nkb = (sq.sk + bkv - 1) / bkv;
-    int64_t kb0 = nkb * c / C, kb1 = nkb * (c + 1) / C;
-    float *dqc = g->dqp + (int64_t)c * g->qrows * p->hq * g->lddq;
-    int64_t qbase = sq.tb * p->q.shape[1] + sq.q0;
+    int64_t nkb = (sq.sk + g->bkv - 1) / g->bkv;
     if (w->qcache) memset(w->qflag, 0, (size_t)(g->nqbmax * p->group));
-    for (int64_t kb = kb0; kb < kb1; kb++) {
-        bwd_pair pr;
-        pr.sq = &sq;
-        pr.b = b;
-        pr.j0 = kb * bkv;
-        pr.nk = (int)(sq.sk - pr.j0 < bkv ? sq.sk - pr.j0 : bkv);
-        int kvbad = load_kv(g, &sq, b, hk, pr.j0, pr.nk, w, &pr.kbad);
-        memset(w->dk, 0, sizeof(float) * (size_t)(pr.nk * g->ldk));
-        memset(w->dv, 0, sizeof(float) * (size_t)(pr.nk * g->ldv));
-        for (pr.h = hk * p->group; pr.h < (hk + 1) * p->group; pr.h++) {
-            for (pr.i0 = 0; pr.i0 < sq.sq; pr.i0 += bq) {
-                pr.ni = (int)(sq.sq - pr.i0 < bq ? sq.sq - pr.i0 : bq);
-                if (!pair_rows(g, &pr, w)) continue;
-                pair_qside(g, &pr, w);
-                pair_select(g, &pr, kvbad, w);
-                pr.dqb = dqc + (pr.h * g->qrows + qbase + pr.i0) * g->lddq;
-                recompute_p(g, &pr, w);
-                dp_product(g, &pr, w);
-                const float *pv = dropout(g, &pr, w);
-                dv_product(g, &pr, pv, w);
-                ds(g, &pr, w);
-                dk_product(g, &pr, w);
-                dq_product(g, &pr, w);
-            }
-        }
-        store_dkdv(g, &sq, b, hk, pr.j0, pr.nk, w);
+    /* chunks C u / T .. C (u + 1) / T, each into its own dQ partial */
+    for (int c = C * u / T; c < C * (u + 1) / T; c++) {
+        float *dqc = g->dqp + (int64_t)c * g->qrows * p->hq * g->lddq;
+        for (int64_t kb = nkb * c / C; kb < nkb * (c + 1) / C; kb++)
+            bwd_tile(g, &sq, b, hk, kb, dqc, w);
     }
 }

@@ -17,6 +17,8 @@ typedef struct {
     const fa_cpu_amx_kernels *X;   /* AMX tiles (q, k, v, dout bf16 on an amx context) or NULL */
     qgeom qg;                      /* the Q side's shape */
     int bq, bkv, C;                /* tiles; dQ chunks per (batch, KV head) */
+    int T;                         /* tasks per (batch, KV head), 1..C, by the thread count:
+                                      each covers whole chunks, so the sums do not change */
     int slow, drop;                /* per-score pipeline; dropout */
     int64_t dqk, dv, ldq, ldk, ldv, lddq;
     int64_t ldka, ldva, ldpa, ldsa, ldt;   /* AMX leading dims (bf16 elements) */
@@ -42,7 +44,11 @@ typedef struct {
     float *dqt;
 } bwd_scratch;
 
-/* Task t of B * Hkv * C: batch t / (Hkv C), KV head (t / C) % Hkv, chunk t % C. */
+/* Task t of T * B * Hkv: span u = t / (B Hkv) of the chunks (C u / T .. C (u + 1) / T, each
+   chunk still summed into its own dQ partial), batch t % (B Hkv) / Hkv, KV head t % Hkv.
+   Every head's first span comes first: under a causal mask it is the heaviest (its keys
+   are seen by the most query rows), so the dynamic schedule starts the long tasks first
+   instead of alternating long and short ones. */
 void fa_cpu_bwd_task(const bwd_geom *g, int64_t t, bwd_scratch *w);
 
 #endif

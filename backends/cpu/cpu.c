@@ -205,6 +205,9 @@ static fa_status cpu_init(fa_context *ctx)
 
 static void cpu_fini(fa_context *ctx)
 {
+    fa_cpu_state *st = (fa_cpu_state *)ctx->impl;
+    if (st)
+        for (int i = 0; i < 3; i++) fa_cpu_kept_end(&st->kept[i], 1);
     free(ctx->impl);
     ctx->impl = NULL;
 }

@@ -27,6 +27,7 @@
 #include "forward.h"
 #include "forward_task.h"
 #include "scratch.h"
+#include "state.h"
 #include "threads.h"
 #include "tiles.h"
 
@@ -161,10 +162,13 @@ static int fwd_sizes(const fa_problem *p, int bq, int bkv, int nt, int nsplit, i
     return ovf;
 }
 
-static void fwd_free(fwd_buffers *bf)
+/* The call's own buffers freed; the kept ones (scr, kvall) stay with the context unless
+   past FA_CPU_KEPT_MAX. */
+static void fwd_free(fa_cpu_state *st, fwd_buffers *bf)
 {
-    free(bf->blocks); free(bf->scr); free(bf->parts); free(bf->zero); free(bf->kvall);
-    free(bf->packed);
+    free(bf->blocks); free(bf->parts); free(bf->zero); free(bf->packed);
+    fa_cpu_kept_end(&st->kept[FA_CPU_KEPT_SCR], 0);
+    fa_cpu_kept_end(&st->kept[FA_CPU_KEPT_BIG], 0);
 }
 
 /* The buffers of fwd_sizes. Per-thread scratch and K/V caches are zeroed by their thread
@@ -172,11 +176,11 @@ static void fwd_free(fwd_buffers *bf)
    nt slices cost ~20 MB of serial memset per call at 16 threads). The K/V cache (whole
    sequences of one KV head) is optional: only when its size fits int64 and
    KV_CACHE_MAX; else the per-tile path. Returns 0 when a required buffer is missing. */
-static int fwd_alloc(const fwd_geom *g, int nt, int nsplit, fwd_buffers *bf)
+static int fwd_alloc(fa_cpu_state *st, const fwd_geom *g, int nt, int nsplit, fwd_buffers *bf)
 {
     const fa_problem *p = g->p;
     bf->blocks = (fwd_block *)malloc((size_t)bf->blkbytes);
-    bf->scr = fa_cpu_alloc_raw(bf->scrsz);
+    bf->scr = fa_cpu_kept_get(&st->kept[FA_CPU_KEPT_SCR], bf->scrsz);
     int kovf = 0;
     bf->nkbmax = fa_sz_ceil_div(p->max_sk, g->bkv);
     bf->kvrows = fa_sz_mul(bf->nkbmax, g->bkv, &kovf);
@@ -184,10 +188,10 @@ static int fwd_alloc(const fwd_geom *g, int nt, int nsplit, fwd_buffers *bf)
     bf->kvall = NULL;
     bf->packed = NULL;
     if (!kovf && bf->kvper <= KV_CACHE_MAX / 4 && bf->nkbmax > 0) {
-        bf->kvall = fa_cpu_alloc_raw(bf->kvper * nt);
+        bf->kvall = fa_cpu_kept_get(&st->kept[FA_CPU_KEPT_BIG], bf->kvper * nt);
         bf->packed = (unsigned char *)calloc((size_t)(bf->nkbmax * nt), 1);
         if (!bf->kvall || !bf->packed) {
-            free(bf->kvall); free(bf->packed);
+            free(bf->packed);
             bf->kvall = NULL; bf->packed = NULL;
         }
     }
@@ -304,8 +308,9 @@ fa_status fa_cpu_forward(fa_context *ctx, const fa_problem *p)
                             (long long)p->dv, (long long)nb);
     /* the head dims fit: the call's constants are now computed without overflow */
     const fwd_geom g = fa_cpu_fwd_geom(ctx, p, bq, bkv);
-    if (!fwd_alloc(&g, nt, nsplit, &bf)) {
-        fwd_free(&bf);
+    fa_cpu_state *st = (fa_cpu_state *)ctx->impl;
+    if (!fwd_alloc(st, &g, nt, nsplit, &bf)) {
+        fwd_free(st, &bf);
         return fa_set_error(ctx, FA_ERR_NO_MEMORY,
                             "cpu backend: cannot allocate the forward's scratch (%lld floats "
                             "for %d threads, head dims %lld/%lld)", (long long)bf.scrsz, nt,
@@ -330,6 +335,6 @@ fa_status fa_cpu_forward(fa_context *ctx, const fa_problem *p)
             for (int64_t bi = 0; bi < nb; bi++) merge_splits(&g, &bf, bi, nsplit, w.row);
         }
     }
-    fwd_free(&bf);
+    fwd_free(st, &bf);
     return FA_OK;
 }

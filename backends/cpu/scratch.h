@@ -45,6 +45,41 @@ static inline float *fa_cpu_alloc_raw(int64_t nfloats)
     return (float *)ptr;
 }
 
+/* A scratch buffer the context keeps from one call to the next (fa_cpu_state.kept): a call
+   of the same shape reuses the pages instead of mapping fresh ones, so each call no longer
+   pays the kernel's page faults and zeroing of tens of MB and the unmap's TLB shootdowns on
+   every thread (16 threads, B=1 H=16 S=1k: ~3 MB a thread). Contents are not kept:
+   callers zero what they read, as they did on fresh memory. */
+typedef struct {
+    float *p;
+    int64_t n;   /* floats held */
+} fa_cpu_kept;
+
+#define FA_CPU_KEPT_MAX ((int64_t)256 << 20)   /* bytes; a larger buffer is released */
+
+/* k's buffer of at least nfloats, 64-byte aligned, contents undefined; NULL on failure
+   (k then holds nothing). */
+static inline float *fa_cpu_kept_get(fa_cpu_kept *k, int64_t nfloats)
+{
+    if (nfloats < 1) nfloats = 1;
+    if (k->p && k->n >= nfloats) return k->p;
+    free(k->p);
+    k->p = fa_cpu_alloc_raw(nfloats);
+    k->n = k->p ? nfloats : 0;
+    return k->p;
+}
+
+/* After a call: a buffer past FA_CPU_KEPT_MAX is released (a context that once ran a long
+   sequence does not hold its scratch for life); release = 1 frees it whatever its size. */
+static inline void fa_cpu_kept_end(fa_cpu_kept *k, int release)
+{
+    if (release || k->n > FA_CPU_KEPT_MAX / (int64_t)sizeof(float)) {
+        free(k->p);
+        k->p = NULL;
+        k->n = 0;
+    }
+}
+
 /* Scratch sizes (elements) from the call's dimensions, which validation bounds only by
    the tensors' element counts (an input may be a stride-0 view of a few bytes): products
    and sums of non-negative sizes that set *ovf instead of wrapping when the result does

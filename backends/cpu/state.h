@@ -6,6 +6,7 @@
 
 #include "backend.h"
 #include "kernels.h"
+#include "scratch.h"
 
 typedef enum { FA_CPU_GENERIC = 0, FA_CPU_AVX2, FA_CPU_AVX512, FA_CPU_AMX } fa_cpu_isa;
 
@@ -17,7 +18,13 @@ typedef struct {
                               an AMD CPU (cpu.c says why) */
     const fa_cpu_amx_kernels *amx;   /* isa FA_CPU_AMX: the bf16 forward and backward on AMX tiles (or
                                         their C emulation, FA_CPU_AMX_EMULATE); else NULL */
+    /* scratch kept between calls (a context is used by one thread at a time):
+       FA_CPU_KEPT_SCR the per-thread tiles, FA_CPU_KEPT_BIG the dQ partials (backward) or
+       the K/V caches (forward), FA_CPU_KEPT_QSIDE the Q-side pack or caches (backward) */
+    fa_cpu_kept kept[3];
 } fa_cpu_state;
+
+enum { FA_CPU_KEPT_SCR = 0, FA_CPU_KEPT_BIG, FA_CPU_KEPT_QSIDE };
 
 /* The AMX kernels for a call, or NULL: the forward takes them when q, k and v are bf16,
    the backward when dout is bf16 too (the forward, the backward and fa_query's names all ask
