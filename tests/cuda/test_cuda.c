@@ -363,6 +363,8 @@ static void run_san(void)
     run_varlen_bwd(FA_F16, 3, 128, FA_CAUSAL_NONE, 1);
     run_kvcache(FA_BF16, 2, 1, 1, 16, 128, FA_CAUSAL_BOTTOM_RIGHT, 4, 1);
     run_kvcache(FA_F16, 2, 8, 8, 0, 64, FA_CAUSAL_BOTTOM_RIGHT, 4, 4);
+    /* chunked prefill into 16-row pages: per-page TMA boxes and a partial tile by rows */
+    run_kvcache(FA_BF16, 2, 130, 0, 16, 128, FA_CAUSAL_BOTTOM_RIGHT, 4, 2);
     run_combine(FA_BF16, 3);
     /* the fp32 FMA kernels */
     dcase f32 = { "san general (softcap, alibi, window, sinks)", FA_F32, 1, 130, 200, 2, 1, 128, 128, FA_CAUSAL_BOTTOM_RIGHT,
