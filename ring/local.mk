@@ -3,7 +3,7 @@
 EXTRA_DIST += ring/tests/ring-np.sh.in flashattn-ring.pc.in
 if HAVE_MPI
 lib_LTLIBRARIES += libflashattn_ring.la
-libflashattn_ring_la_SOURCES = ring/ring_internal.h ring/ring_common.c ring/ring_forward.c \
+libflashattn_ring_la_SOURCES = ring/ring_internal.h ring/ring_common.c ring/ring_calls.c ring/ring_forward.c \
 	ring/ring_backward.c
 libflashattn_ring_la_CFLAGS = $(AM_CFLAGS) $(MPI_CFLAGS)
 libflashattn_ring_la_LDFLAGS = -version-info $(FA_LT_VERSION) -no-undefined

@@ -23,13 +23,14 @@ typedef struct {
     float *acc[3];            /* travelling dk then dv accumulators                      */
     void *kv[2];
     float *ds_all;            /* [R][H]                                                  */
+    float *bias;              /* [H][nk_max]: a split-ALiBi call's key terms             */
 } bwd_scratch;
 
 static void bwd_free(bwd_scratch *w)
 {
     free(w->dq); free(w->dqp); free(w->lse); free(w->dkc); free(w->dvc); free(w->part);
     for (int i = 0; i < 3; i++) free(w->acc[i]);
-    free(w->kv[0]); free(w->kv[1]); free(w->ds_all);
+    free(w->kv[0]); free(w->kv[1]); free(w->ds_all); free(w->bias);
 }
 
 static size_t dkv_bytes(const ring_geom *g, int64_t nk)
@@ -64,6 +65,8 @@ static void bwd_alloc(ring_status *s, const ring_geom *g, int64_t nq, bwd_scratc
     for (int i = 0; i < 3; i++) w->acc[i] = ring_alloc(s, blk, "dk/dv in flight");
     for (int i = 0; i < 2; i++) w->kv[i] = ring_alloc(s, ring_kv_bytes(g, g->max_nk), "K/V");
     w->ds_all = ring_alloc(s, sizeof(float) * (size_t)(g->R * g->H), "dsinks");
+    if (g->alibi)
+        w->bias = ring_alloc(s, sizeof(float) * (size_t)(g->H * g->max_nk), "ALiBi terms");
     if (s->st == FA_OK) memset(w->dq, 0, qrows);
 }
 
@@ -95,8 +98,9 @@ static void backward_block(fa_context *ctx, ring_status *s, const ring_geom *g, 
         fa_tensor dkc = dk_view(g, w->dkc, c[i].nk), dvc = fa_tensor_contiguous(
             w->dvc, FA_F32, g->B, c[i].nk, g->Hkv, g->dv);
         ring_lse_gather(w->lse, in->lse, g->B, g->H, w->nq, q0, nq);
-        fa_options o = in->base;
-        o.causal = c[i].causal;
+        ring_call_shift_lse(g, &c[i], in->base.alibi_slopes, w->lse, -1);
+        fa_tensor bias;
+        fa_options o = ring_call_options(g, &c[i], &in->base, w->bias, &bias);
         fa_status st = fa_backward(ctx, &dqc, &dkc, &dvc, NULL, &dov, &qv, &kv, &vv, &ov,
                                    w->lse, &o);
         if (st != FA_OK) { ring_fail_ctx(s, st, ctx, "fa_backward on a block"); return; }
@@ -190,10 +194,13 @@ FA_API fa_status fa_ring_backward(fa_context *ctx, MPI_Comm comm, fa_tensor *dq,
         }
         if (t < R - 1) {
             size_t outb = ring_kv_bytes(&g, block_len(&g, owner));
-            ring_irecv(comm, w.kv[(t + 1) & 1], ring_kv_bytes(&g, block_len(&g, incoming)),
-                       prev, RING_TAG_KV, &kvrq[nkv++]);
-            ring_isend(comm, cur, outb, next, RING_TAG_KV, &kvrq[nkv++]);
-            st.bytes_sent += (int64_t)outb;
+            if (ring_needed_after(&g, incoming, t))   /* as in the forward */
+                ring_irecv(comm, w.kv[(t + 1) & 1], ring_kv_bytes(&g, block_len(&g, incoming)),
+                           prev, RING_TAG_KV, &kvrq[nkv++]);
+            if (ring_needed_after(&g, owner, t)) {
+                ring_isend(comm, cur, outb, next, RING_TAG_KV, &kvrq[nkv++]);
+                st.bytes_sent += (int64_t)outb;
+            }
         }
         double c0 = ring_now();
         st.wait_s += c0 - w0;

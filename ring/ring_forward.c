@@ -16,6 +16,7 @@ typedef struct {
     float *acc, *part, *cmb;            /* [B, nq, H, d_v] fp32 each                      */
     float *acc_lse, *plse, *alse, *clse; /* [B, H, nq] each                                */
     void *kv[2];                         /* two K/V block buffers                          */
+    float *bias;                         /* [H][nk_max]: a split-ALiBi call's key terms    */
     fa_tensor accv, partv, cmbv;         /* views of acc, part, cmb                        */
 } fwd_scratch;
 
@@ -23,7 +24,7 @@ static void fwd_free(fwd_scratch *w)
 {
     free(w->acc); free(w->part); free(w->cmb);
     free(w->acc_lse); free(w->plse); free(w->alse); free(w->clse);
-    free(w->kv[0]); free(w->kv[1]);
+    free(w->kv[0]); free(w->kv[1]); free(w->bias);
 }
 
 static void fwd_alloc(ring_status *s, const ring_geom *g, int64_t nq, fwd_scratch *w)
@@ -41,6 +42,8 @@ static void fwd_alloc(ring_status *s, const ring_geom *g, int64_t nq, fwd_scratc
     w->alse = ring_alloc(s, lses, "a partial lse");
     w->clse = ring_alloc(s, lses, "a merged lse");
     for (int i = 0; i < 2; i++) w->kv[i] = ring_alloc(s, ring_kv_bytes(g, g->max_nk), "K/V");
+    if (g->alibi)
+        w->bias = ring_alloc(s, sizeof(float) * (size_t)(g->H * g->max_nk), "ALiBi terms");
     if (s->st != FA_OK) return;
     memset(w->acc, 0, rows);
     for (int64_t i = 0; i < g->B * g->H * nq; i++) w->acc_lse[i] = -INFINITY;
@@ -79,10 +82,11 @@ static void forward_block(fa_context *ctx, ring_status *s, const ring_geom *g, i
         fa_tensor qv = ring_rows(q, c[i].q0, c[i].nq);
         fa_tensor kv = ring_rows(&kb, c[i].k0, c[i].nk), vv = ring_rows(&vb, c[i].k0, c[i].nk);
         fa_tensor po = ring_rows(&w->partv, c[i].q0, c[i].nq);
-        fa_options o = *base;
-        o.causal = c[i].causal;
+        fa_tensor bias;
+        fa_options o = ring_call_options(g, &c[i], base, w->bias, &bias);
         fa_status st = fa_forward(ctx, &po, w->plse, &qv, &kv, &vv, &o);
         if (st != FA_OK) { ring_fail_ctx(s, st, ctx, "fa_forward on a block"); return; }
+        ring_call_shift_lse(g, &c[i], base->alibi_slopes, w->plse, +1);
         st = merge_rows(ctx, g, w, c[i].q0, c[i].nq);
         if (st != FA_OK) { ring_fail_ctx(s, st, ctx, "fa_combine of a block"); return; }
         int done;
@@ -155,9 +159,13 @@ FA_API fa_status fa_ring_forward(fa_context *ctx, MPI_Comm comm, fa_tensor *out,
             int incoming = (owner + R - 1) % R;
             size_t in = ring_kv_bytes(&g, g.kvlen[2 * incoming] + g.kvlen[2 * incoming + 1]);
             size_t outb = ring_kv_bytes(&g, g.kvlen[2 * owner] + g.kvlen[2 * owner + 1]);
-            ring_irecv(comm, w.kv[(t + 1) & 1], in, prev, RING_TAG_KV, &rq[nrq++]);
-            ring_isend(comm, cur, outb, next, RING_TAG_KV, &rq[nrq++]);
-            st.bytes_sent += (int64_t)outb;
+            /* a block goes on only while a rank ahead has a call on it (windows) */
+            if (ring_needed_after(&g, incoming, t))
+                ring_irecv(comm, w.kv[(t + 1) & 1], in, prev, RING_TAG_KV, &rq[nrq++]);
+            if (ring_needed_after(&g, owner, t)) {
+                ring_isend(comm, cur, outb, next, RING_TAG_KV, &rq[nrq++]);
+                st.bytes_sent += (int64_t)outb;
+            }
         }
         double c0 = ring_now();
         if (s.st == FA_OK) forward_block(ctx, &s, &g, owner, cur, q, &base, &w, rq, nrq);

@@ -9,7 +9,9 @@
  * same backend (the suites check it against the oracle with the full rule), factor 2 for
  * out and lse and 3 for dq, dk, dv, dsinks, ref_mag max|oracle| of the tensor (of all
  * three gradients for dq, dk, dv) and, for fp32 inputs, also max|ring - oracle| <=
- * 1e-5 x ref_mag. Non-finite oracle values (masked rows' lse) must match exactly.
+ * 1e-5 x ref_mag. dsinks, formed from the ring's own out, also gets what out's bound lets
+ * it move (see rc_check_backward). Non-finite oracle values (masked rows' lse) must match
+ * exactly.
  */
 #ifndef FA_RING_CHECK_H
 #define FA_RING_CHECK_H
@@ -32,6 +34,9 @@ typedef struct {
     int deterministic;   /* also: the backward twice, bitwise equal                       */
     uint64_t seed;
     int padded;          /* the shards are strided views (padded heads and rows)           */
+    int window;          /* opt->window, with wl, wr (-1 unbounded) as left and right      */
+    int64_t wl, wr;
+    int alibi;           /* ALiBi slopes (every head its own)                              */
 } rc_case;
 
 /* The whole problem and each rank's rows of it. */
@@ -46,6 +51,8 @@ typedef struct {
     double *qd, *kd, *vd, *doutd;             /* the same values in double                */
     float *sinks;                             /* [H] or NULL                              */
     double *sinksd;
+    float *slopes;                            /* [H] or NULL                              */
+    double *slopesd;
     double *o_out, *o_lse, *o_dq, *o_dk, *o_dv, *o_ds;     /* oracle                     */
     double *s_out, *s_lse, *s_dq, *s_dk, *s_dv, *s_ds;     /* single process             */
     void *lq, *lk, *lv, *ldout;               /* this rank's shards, dtype dt             */
@@ -58,6 +65,9 @@ typedef struct {
 int  rc_build(rc_problem *p, const rc_case *c, int R, int rank, fa_context *ctx,
               char *msg, size_t len);
 void rc_free(rc_problem *p);
+/* The K/V bytes this rank's fa_ring_forward sends: a block goes on only while a rank
+   ahead of it sees one of its keys (64-byte units, as the ring's messages). */
+int64_t rc_expected_kv_bytes(const rc_problem *p);
 
 /* A view of a contiguous [B, S, H, d] shard: the shard itself, or (padded) a copy with
    padding after each head, each row and each batch entry; *mem gets what to free. */

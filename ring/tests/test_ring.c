@@ -20,19 +20,29 @@ static int R, rank_, ctx_first;
 
 static const rc_case cases[] = {
     /* name            B  H Hkv dqk dv  dt      odt     causal                   kind               unev empty kvd sinks softcap det seed padded */
-    { "plain",         2, 4, 4, 16, 16, FA_F32, FA_F32, FA_CAUSAL_NONE,         FA_RING_CONTIGUOUS, 0, -1, 0, 0, 0.0f, 0, 11, 0 },
-    { "causal-tl",     1, 4, 2, 16, 8,  FA_F32, FA_F32, FA_CAUSAL_TOP_LEFT,     FA_RING_CONTIGUOUS, 1, -1, 0, 0, 0.0f, 0, 12, 0 },
-    { "causal-br-sq>sk", 1, 2, 1, 8, 8, FA_F32, FA_F32, FA_CAUSAL_BOTTOM_RIGHT, FA_RING_CONTIGUOUS, 1, 1, -4, 1, 0.0f, 0, 13, 0 },
-    { "zigzag-br-sq>sk", 1, 4, 2, 8, 8, FA_F32, FA_F32, FA_CAUSAL_BOTTOM_RIGHT, FA_RING_ZIGZAG, 1, -1, -5, 0, 0.0f, 0, 21, 0 },
-    { "causal-br-sk>sq", 2, 4, 2, 8, 16, FA_F32, FA_F32, FA_CAUSAL_BOTTOM_RIGHT, FA_RING_CONTIGUOUS, 1, 0, 3, 0, 0.0f, 1, 14, 0 },
-    { "zigzag-tl",     1, 8, 2, 16, 16, FA_F32, FA_F32, FA_CAUSAL_TOP_LEFT,     FA_RING_ZIGZAG,     0, -1, 0, 1, 0.0f, 1, 15, 0 },
-    { "zigzag-br-uneven", 1, 4, 1, 16, 16, FA_F32, FA_F32, FA_CAUSAL_BOTTOM_RIGHT, FA_RING_ZIGZAG, 1, 2, 2, 1, 5.0f, 0, 16, 0 },
-    { "zigzag-noncausal-bf16", 2, 4, 2, 32, 32, FA_BF16, FA_F32, FA_CAUSAL_NONE, FA_RING_ZIGZAG, 1, 3, 1, 0, 0.0f, 0, 17, 0 },
-    { "causal-f16-out-f16", 1, 4, 4, 16, 16, FA_F16, FA_F16, FA_CAUSAL_TOP_LEFT, FA_RING_ZIGZAG, 1, -1, 0, 1, 0.0f, 1, 18, 0 },
-    { "strided-zigzag-br", 2, 4, 2, 8, 16, FA_BF16, FA_BF16, FA_CAUSAL_BOTTOM_RIGHT, FA_RING_ZIGZAG, 1, 1, 1, 0, 0.0f, 0, 19, 1 },
-    { "long-zigzag-br", 1, 4, 2, 32, 32, FA_BF16, FA_F32, FA_CAUSAL_BOTTOM_RIGHT, FA_RING_ZIGZAG, 2, -1, 3, 1, 0.0f, 1, 22, 0 },
-    { "long-causal-tl", 1, 2, 1, 64, 64, FA_F32, FA_F32, FA_CAUSAL_TOP_LEFT, FA_RING_CONTIGUOUS, 2, 2, -7, 0, 0.0f, 0, 23, 0 },
-    { "strided-plain",     1, 2, 2, 16, 8, FA_F32, FA_F32, FA_CAUSAL_NONE, FA_RING_CONTIGUOUS, 1, -1, 2, 1, 0.0f, 0, 20, 1 },
+    { "plain",         2, 4, 4, 16, 16, FA_F32, FA_F32, FA_CAUSAL_NONE,         FA_RING_CONTIGUOUS, 0, -1, 0, 0, 0.0f, 0, 11, 0, 0, 0, 0, 0 },
+    { "causal-tl",     1, 4, 2, 16, 8,  FA_F32, FA_F32, FA_CAUSAL_TOP_LEFT,     FA_RING_CONTIGUOUS, 1, -1, 0, 0, 0.0f, 0, 12, 0, 0, 0, 0, 0 },
+    { "causal-br-sq>sk", 1, 2, 1, 8, 8, FA_F32, FA_F32, FA_CAUSAL_BOTTOM_RIGHT, FA_RING_CONTIGUOUS, 1, 1, -4, 1, 0.0f, 0, 13, 0, 0, 0, 0, 0 },
+    { "zigzag-br-sq>sk", 1, 4, 2, 8, 8, FA_F32, FA_F32, FA_CAUSAL_BOTTOM_RIGHT, FA_RING_ZIGZAG, 1, -1, -5, 0, 0.0f, 0, 21, 0, 0, 0, 0, 0 },
+    { "causal-br-sk>sq", 2, 4, 2, 8, 16, FA_F32, FA_F32, FA_CAUSAL_BOTTOM_RIGHT, FA_RING_CONTIGUOUS, 1, 0, 3, 0, 0.0f, 1, 14, 0, 0, 0, 0, 0 },
+    { "zigzag-tl",     1, 8, 2, 16, 16, FA_F32, FA_F32, FA_CAUSAL_TOP_LEFT,     FA_RING_ZIGZAG,     0, -1, 0, 1, 0.0f, 1, 15, 0, 0, 0, 0, 0 },
+    { "zigzag-br-uneven", 1, 4, 1, 16, 16, FA_F32, FA_F32, FA_CAUSAL_BOTTOM_RIGHT, FA_RING_ZIGZAG, 1, 2, 2, 1, 5.0f, 0, 16, 0, 0, 0, 0, 0 },
+    { "zigzag-noncausal-bf16", 2, 4, 2, 32, 32, FA_BF16, FA_F32, FA_CAUSAL_NONE, FA_RING_ZIGZAG, 1, 3, 1, 0, 0.0f, 0, 17, 0, 0, 0, 0, 0 },
+    { "causal-f16-out-f16", 1, 4, 4, 16, 16, FA_F16, FA_F16, FA_CAUSAL_TOP_LEFT, FA_RING_ZIGZAG, 1, -1, 0, 1, 0.0f, 1, 18, 0, 0, 0, 0, 0 },
+    { "strided-zigzag-br", 2, 4, 2, 8, 16, FA_BF16, FA_BF16, FA_CAUSAL_BOTTOM_RIGHT, FA_RING_ZIGZAG, 1, 1, 1, 0, 0.0f, 0, 19, 1, 0, 0, 0, 0 },
+    { "long-zigzag-br", 1, 4, 2, 32, 32, FA_BF16, FA_F32, FA_CAUSAL_BOTTOM_RIGHT, FA_RING_ZIGZAG, 2, -1, 3, 1, 0.0f, 1, 22, 0, 0, 0, 0, 0 },
+    { "long-causal-tl", 1, 2, 1, 64, 64, FA_F32, FA_F32, FA_CAUSAL_TOP_LEFT, FA_RING_CONTIGUOUS, 2, 2, -7, 0, 0.0f, 0, 23, 0, 0, 0, 0, 0 },
+    { "strided-plain",     1, 2, 2, 16, 8, FA_F32, FA_F32, FA_CAUSAL_NONE, FA_RING_CONTIGUOUS, 1, -1, 2, 1, 0.0f, 0, 20, 1, 0, 0, 0, 0 },
+    /* windows and ALiBi, at global positions                                         window wl wr alibi */
+    { "window-tl",     1, 4, 2, 16, 16, FA_F32, FA_F32, FA_CAUSAL_TOP_LEFT, FA_RING_CONTIGUOUS, 1, -1, 0, 0, 0.0f, 0, 31, 0, 1, 5, -1, 0 },
+    { "window-sym-zigzag", 2, 4, 2, 8, 8, FA_F32, FA_F32, FA_CAUSAL_NONE, FA_RING_ZIGZAG, 1, 1, 0, 1, 0.0f, 0, 32, 0, 1, 3, 4, 0 },
+    { "window-right-only", 1, 2, 1, 8, 16, FA_F32, FA_F32, FA_CAUSAL_NONE, FA_RING_CONTIGUOUS, 1, -1, -3, 0, 0.0f, 0, 33, 0, 1, -1, 2, 0 },
+    { "window-br-long", 1, 4, 2, 32, 32, FA_BF16, FA_F32, FA_CAUSAL_BOTTOM_RIGHT, FA_RING_ZIGZAG, 2, -1, 3, 1, 0.0f, 1, 34, 0, 1, 37, 0, 0 },
+    { "alibi-tl-zigzag", 1, 4, 4, 16, 16, FA_F32, FA_F32, FA_CAUSAL_TOP_LEFT, FA_RING_ZIGZAG, 1, -1, 0, 0, 0.0f, 0, 35, 0, 0, 0, 0, 1 },
+    { "alibi-noncausal", 2, 4, 2, 8, 8, FA_F32, FA_F32, FA_CAUSAL_NONE, FA_RING_CONTIGUOUS, 1, 2, 2, 1, 0.0f, 1, 36, 0, 0, 0, 0, 1 },
+    { "alibi-window-br", 1, 4, 2, 16, 8, FA_BF16, FA_F32, FA_CAUSAL_BOTTOM_RIGHT, FA_RING_CONTIGUOUS, 2, 1, -6, 0, 3.0f, 0, 37, 0, 1, 45, 0, 1 },
+    { "alibi-window-sym", 1, 2, 2, 16, 16, FA_F32, FA_F32, FA_CAUSAL_NONE, FA_RING_ZIGZAG, 1, -1, 1, 1, 0.0f, 0, 38, 1, 1, 4, 9, 1 },
+    { "alibi-long-zigzag", 1, 2, 1, 32, 32, FA_F32, FA_F32, FA_CAUSAL_NONE, FA_RING_ZIGZAG, 2, -1, -2, 0, 0.0f, 1, 39, 0, 0, 0, 0, 1 },
 };
 
 static fa_context *make_ctx(fa_backend b)
@@ -80,6 +90,13 @@ static int run_case(fa_context *ctx, const char *bname, const rc_case *c)
         goto done_fwd;
     }
     f += rc_check_forward(&p, tag, &out, lse);
+    fa_ring_stats rs;
+    fa_ring_last_stats(&rs);
+    if (rs.bytes_sent != rc_expected_kv_bytes(&p)) {
+        printf("FAIL rank %d %s: the forward sent %lld K/V bytes, %lld expected\n", rank_, tag,
+               (long long)rs.bytes_sent, (long long)rc_expected_kv_bytes(&p));
+        f++;
+    }
     rc_buf_new(&dq, c->odt, c->B, p.nq, c->H, c->dqk);
     rc_buf_new(&dk, c->odt, c->B, p.nk, c->Hkv, c->dqk);
     rc_buf_new(&dv, c->odt, c->B, p.nk, c->Hkv, c->dv);
@@ -117,21 +134,22 @@ done_fwd:
 
 /* ---- errors ------------------------------------------------------------------------- */
 typedef enum {
-    E_BAD_LAYOUT, E_BAD_KIND, E_RANK_DIFFERS, E_DROPOUT, E_WINDOW, E_ALIBI, E_BIAS,
+    E_BAD_LAYOUT, E_BAD_KIND, E_RANK_DIFFERS, E_DROPOUT, E_WINDOW_DIFFERS, E_ALIBI_DIFFERS,
+    E_BIAS,
     E_BAD_DROPOUT, E_NULL_OUT, E_COMPUTE_FAIL, E_DSINKS_NO_SINKS, E_COUNT
 } err_kind;
 
 static const char *err_name[E_COUNT] = {
     "layout sum wrong on the last rank", "bad layout kind on rank 0",
-    "heads differ on the last rank", "dropout", "window", "alibi", "bias",
+    "heads differ on the last rank", "dropout", "window_left differs on the last rank",
+    "alibi_slopes NULL on the last rank only", "bias",
     "dropout_p = 1.5", "out NULL on the last rank", "q data NULL on the last rank (compute)",
     "dsinks without sinks"
 };
 
 static fa_status expected(err_kind e)
 {
-    return e == E_DROPOUT || e == E_WINDOW || e == E_ALIBI || e == E_BIAS ? FA_ERR_UNSUPPORTED
-                                                                           : FA_ERR_INVALID_ARG;
+    return e == E_DROPOUT || e == E_BIAS ? FA_ERR_UNSUPPORTED : FA_ERR_INVALID_ARG;
 }
 
 /* One erroneous call (forward, or backward for dsinks): every rank must return the
@@ -158,8 +176,8 @@ static int run_error(fa_context *ctx, const char *bname, err_kind e)
     fa_options o = { 0 };
     if (e == E_DROPOUT) o.dropout_p = 0.1f;
     if (e == E_BAD_DROPOUT) o.dropout_p = 1.5f;
-    if (e == E_WINDOW) { o.window = 1; o.window_left = 2; o.window_right = 0; }
-    if (e == E_ALIBI) o.alibi_slopes = slopes;
+    if (e == E_WINDOW_DIFFERS) { o.window = 1; o.window_left = last ? 3 : 2; o.window_right = 0; }
+    if (e == E_ALIBI_DIFFERS && !last) o.alibi_slopes = slopes;
     if (e == E_BIAS) o.bias = &bias;
     rc_buf out;
     rc_buf_new(&out, FA_F32, B, N, h, D);
@@ -188,7 +206,8 @@ static int run_error(fa_context *ctx, const char *bname, err_kind e)
     }
     rc_buf_free(&out);
     fa_status want = expected(e);
-    if (e == E_RANK_DIFFERS && R == 1) want = FA_OK;   /* nothing differs with one rank */
+    if ((e == E_RANK_DIFFERS || e == E_WINDOW_DIFFERS || e == E_ALIBI_DIFFERS) && R == 1)
+        want = FA_OK;   /* nothing differs with one rank */
     int f = 0;
     if (st != want) {
         printf("FAIL rank %d %s/error '%s'/np%d: got %s, want %s (%s)\n", rank_, bname,
