@@ -18,9 +18,16 @@
  * Conventions (besides those of flashattn.h):
  *   - Collective: every rank of comm calls the same function with the same options
  *     (the same fields, on every rank) and its own shard; the calls are matched in order.
- *   - Host memory only: the context must be a reference or CPU context. A CUDA context
- *     returns FA_ERR_UNSUPPORTED (no device staging is done; ring_attention in the Python
- *     package serves CUDA tensors over torch.distributed).
+ *   - Memory: the context's (docs/api.md, memory spaces). With a CUDA context every rank
+ *     uses one (the call checks it), the pointers are device memory, and the ring stages
+ *     through host memory: the rank's inputs are copied to the host once, the K/V blocks
+ *     travel in host buffers (the MPI need not be CUDA-aware), each block's fa_forward /
+ *     fa_backward runs on the CUDA context with its inputs copied to device scratch and
+ *     its results copied back, the merges and sums run on an internal CPU context, and
+ *     the results are copied to the device at the end (one more status agreement). The
+ *     CUDA runtime is loaded at run time ($FA_RING_CUDART, else libcudart.so, .so.13,
+ *     .so.12; without it FA_ERR_UNSUPPORTED). Each block call waits for the device
+ *     (cudaDeviceSynchronize), so staging serves correctness and memory, not speed.
  *   - The status is agreed by every rank: one MPI_Allreduce before the compute phase
  *     (argument checks and allocations) and one after it. If any rank fails, every rank
  *     returns an error (FA_ERR_INVALID_ARG first, then the lowest other code) and nothing

@@ -134,19 +134,16 @@ void ring_check_common(fa_context *ctx, ring_status *s, const char *fn, const fa
     a->wl = a->window ? window_bound(o.window_left) : -1;
     a->wr = a->window ? window_bound(o.window_right) : -1;
     a->alibi = o.alibi_slopes != NULL;
+    a->staged = fa_context_backend(ctx) == FA_BACKEND_CUDA;
     a->sinks = o.sinks != NULL;
     a->deterministic = o.deterministic;
     memcpy(&a->scale_bits, &o.scale, 4);
     memcpy(&a->softcap_bits, &o.softcap, 4);
 }
 
-void ring_check_unsupported(fa_context *ctx, ring_status *s, const char *fn,
-                            const fa_options *opt)
+void ring_check_unsupported(ring_status *s, const char *fn, const fa_options *opt)
 {
-    if (fa_context_backend(ctx) == FA_BACKEND_CUDA)
-        ring_fail(s, FA_ERR_UNSUPPORTED, "%s: CUDA contexts are not served (host tensors "
-                  "only: use a reference or CPU context)", fn);
-    else if (opt && opt->bias)
+    if (opt && opt->bias)
         ring_fail(s, FA_ERR_UNSUPPORTED, "%s: opt->bias is not served", fn);
     else if (opt && opt->dropout_p > 0.0f)
         ring_fail(s, FA_ERR_UNSUPPORTED, "%s: dropout is not served (its keep-mask is keyed "
@@ -164,6 +161,7 @@ static const char *arg_mismatch(const ring_args *a, const ring_args *b)
     SAME(dsinks_null, "dsinks (NULL or not)"); SAME(window, "opt->window");
     SAME(wl, "opt->window_left"); SAME(wr, "opt->window_right");
     SAME(alibi, "opt->alibi_slopes (NULL or not)");
+    SAME(staged, "the context's backend (CUDA or not)");
 #undef SAME
     return NULL;
 }

@@ -71,6 +71,7 @@ typedef struct {
     int64_t qlen[2], kvlen[2];
     int64_t causal, sinks, deterministic, dsinks_null;
     int64_t window, wl, wr, alibi;
+    int64_t staged;               /* a CUDA context (its calls take one more agreement)    */
     uint32_t scale_bits, softcap_bits;
 } ring_args;
 
@@ -102,10 +103,9 @@ void      ring_check_common(fa_context *ctx, ring_status *s, const char *fn,
                             const fa_tensor *q, const fa_tensor *k, const fa_tensor *v,
                             const fa_ring_layout *layout, const fa_options *opt,
                             ring_args *a);
-/* Options (and contexts) the ring does not serve: FA_ERR_UNSUPPORTED. Called after the
-   library validated the options, so that a wrong value is still INVALID_ARG. */
-void      ring_check_unsupported(fa_context *ctx, ring_status *s, const char *fn,
-                                 const fa_options *opt);
+/* Options the ring does not serve: FA_ERR_UNSUPPORTED. Called after the library
+   validated the options, so that a wrong value is still INVALID_ARG. */
+void      ring_check_unsupported(ring_status *s, const char *fn, const fa_options *opt);
 
 /* Blocks in flight: a K/V block is k [B, nk, Hkv, dqk] then v [B, nk, Hkv, dv], packed
  * contiguous in the input dtype. Message sizes are counted in 64-byte units. */

@@ -105,39 +105,80 @@ static double *to_double(const void *buf, fa_dtype dt, int64_t n)
     return d;
 }
 
-/* One fa_forward + fa_backward over the whole sequence. */
+/* Where single() puts a buffer: host memory, or (dev) a device copy of it. */
+typedef struct { int dev, n; void *mem[12]; } placer;
+
+static void *place(placer *pl, void *host, size_t bytes)
+{
+    if (!pl->dev) return host;
+    void *d = rc_dev_put(host, bytes);
+    pl->mem[pl->n++] = d;
+    return d;
+}
+
+/* One fa_forward + fa_backward over the whole sequence (on a CUDA context, on device
+   copies). */
 static int single(rc_problem *p, fa_context *ctx, char *msg, size_t len)
 {
     const rc_case *c = &p->c;
-    size_t oe = fa_dtype_size(c->odt);
+    size_t oe = fa_dtype_size(c->odt), e = fa_dtype_size(c->dt);
     int64_t nout = c->B * p->Sq * c->H * c->dv, ndq = c->B * p->Sq * c->H * c->dqk;
     int64_t ndk = c->B * p->Sk * c->Hkv * c->dqk, ndv = c->B * p->Sk * c->Hkv * c->dv;
-    void *out = malloc(oe * (size_t)nout + 1), *dq = malloc(oe * (size_t)ndq + 1);
-    void *dk = malloc(oe * (size_t)ndk + 1), *dv = malloc(oe * (size_t)ndv + 1);
-    float *lse = malloc(sizeof(float) * (size_t)(c->B * c->H * p->Sq) + 1);
+    int64_t nl = c->B * c->H * p->Sq;
+    void *out = calloc(1, oe * (size_t)nout + 1), *dq = calloc(1, oe * (size_t)ndq + 1);
+    void *dk = calloc(1, oe * (size_t)ndk + 1), *dv = calloc(1, oe * (size_t)ndv + 1);
+    float *lse = calloc(1, sizeof(float) * (size_t)nl + 1);
     float ds[64] = { 0 };
-    fa_tensor to = fa_tensor_contiguous(out, c->odt, c->B, p->Sq, c->H, c->dv);
-    fa_tensor tq = fa_tensor_contiguous(p->q, c->dt, c->B, p->Sq, c->H, c->dqk);
-    fa_tensor tk = fa_tensor_contiguous(p->k, c->dt, c->B, p->Sk, c->Hkv, c->dqk);
-    fa_tensor tv = fa_tensor_contiguous(p->v, c->dt, c->B, p->Sk, c->Hkv, c->dv);
-    fa_tensor tdo = fa_tensor_contiguous(p->dout, c->dt, c->B, p->Sq, c->H, c->dv);
-    fa_tensor tdq = fa_tensor_contiguous(dq, c->odt, c->B, p->Sq, c->H, c->dqk);
-    fa_tensor tdk = fa_tensor_contiguous(dk, c->odt, c->B, p->Sk, c->Hkv, c->dqk);
-    fa_tensor tdv = fa_tensor_contiguous(dv, c->odt, c->B, p->Sk, c->Hkv, c->dv);
+    placer pl = { fa_context_backend(ctx) == FA_BACKEND_CUDA, 0, { 0 } };
+    if (pl.dev && rc_dev_load(msg, len) != 0) {
+        free(out); free(dq); free(dk); free(dv); free(lse);
+        return -1;
+    }
+    void *mem[2] = { NULL, NULL };
+    fa_options o = pl.dev ? rc_dev_options(&p->opt, c->H, mem) : p->opt;
+    int64_t B = c->B, Sq = p->Sq, Sk = p->Sk, H = c->H, Hkv = c->Hkv;
+    fa_tensor to = fa_tensor_contiguous(place(&pl, out, oe * (size_t)nout), c->odt, B, Sq, H,
+                                        c->dv);
+    fa_tensor tq = fa_tensor_contiguous(place(&pl, p->q, e * (size_t)ndq), c->dt, B, Sq, H,
+                                        c->dqk);
+    fa_tensor tk = fa_tensor_contiguous(place(&pl, p->k, e * (size_t)ndk), c->dt, B, Sk, Hkv,
+                                        c->dqk);
+    fa_tensor tv = fa_tensor_contiguous(place(&pl, p->v, e * (size_t)ndv), c->dt, B, Sk, Hkv,
+                                        c->dv);
+    fa_tensor tdo = fa_tensor_contiguous(place(&pl, p->dout, e * (size_t)nout), c->dt, B, Sq,
+                                         H, c->dv);
+    fa_tensor tdq = fa_tensor_contiguous(place(&pl, dq, oe * (size_t)ndq), c->odt, B, Sq, H,
+                                         c->dqk);
+    fa_tensor tdk = fa_tensor_contiguous(place(&pl, dk, oe * (size_t)ndk), c->odt, B, Sk, Hkv,
+                                         c->dqk);
+    fa_tensor tdv = fa_tensor_contiguous(place(&pl, dv, oe * (size_t)ndv), c->odt, B, Sk, Hkv,
+                                         c->dv);
+    float *tl = place(&pl, lse, sizeof(float) * (size_t)nl);
+    float *tds = place(&pl, ds, sizeof ds);
     int rc = 0;
-    if (fa_forward(ctx, &to, lse, &tq, &tk, &tv, &p->opt) != FA_OK ||
-        fa_backward(ctx, &tdq, &tdk, &tdv, c->sinks ? ds : NULL, &tdo, &tq, &tk, &tv, &to, lse,
-                    &p->opt) != FA_OK) {
+    if (fa_forward(ctx, &to, tl, &tq, &tk, &tv, &o) != FA_OK ||
+        fa_backward(ctx, &tdq, &tdk, &tdv, c->sinks ? tds : NULL, &tdo, &tq, &tk, &tv, &to, tl,
+                    &o) != FA_OK) {
         snprintf(msg, len, "single-process call failed: %s", fa_last_error(ctx));
         rc = -1;
-    } else {
+    } else if (pl.dev && (rc_dev_get(out, to.data, oe * (size_t)nout) || rc_dev_get(lse, tl,
+               sizeof(float) * (size_t)nl) || rc_dev_get(dq, tdq.data, oe * (size_t)ndq) ||
+               rc_dev_get(dk, tdk.data, oe * (size_t)ndk) || rc_dev_get(dv, tdv.data,
+               oe * (size_t)ndv) || rc_dev_get(ds, tds, sizeof ds))) {
+        snprintf(msg, len, "copying the single-process results from the device failed");
+        rc = -1;
+    }
+    if (rc == 0) {
         p->s_out = to_double(out, c->odt, nout);
-        p->s_lse = to_double(lse, FA_F32, c->B * c->H * p->Sq);
+        p->s_lse = to_double(lse, FA_F32, nl);
         p->s_dq = to_double(dq, c->odt, ndq);
         p->s_dk = to_double(dk, c->odt, ndk);
         p->s_dv = to_double(dv, c->odt, ndv);
         p->s_ds = to_double(ds, FA_F32, c->H);
     }
+    for (int i = 0; i < pl.n; i++) rc_dev_free(pl.mem[i]);
+    rc_dev_free(mem[0]);
+    rc_dev_free(mem[1]);
     free(out); free(dq); free(dk); free(dv); free(lse);
     return rc;
 }

@@ -88,4 +88,17 @@ int rc_check_forward(const rc_problem *p, const char *tag, const rc_buf *out, co
 int rc_check_backward(const rc_problem *p, const char *tag, const rc_buf *dq, const rc_buf *dk,
                       const rc_buf *dv, const float *dsinks);
 
+/* A CUDA context's copies (rc_device.c): the runtime (0, or -1 with why), device copies
+   of host memory, of a view (its whole span, same strides), of an rc_buf (guards and
+   poison included; _back copies it home and frees it) and of options' sinks and slopes
+   (mem[2] to free). */
+int       rc_dev_load(char *msg, size_t len);
+void     *rc_dev_put(const void *host, size_t bytes);
+int       rc_dev_get(void *host, const void *dev, size_t bytes);
+void      rc_dev_free(void *dev);
+fa_tensor rc_dev_view(const fa_tensor *t, void **dmem);
+fa_tensor rc_dev_buf(const rc_buf *b, void **dmem);
+int       rc_dev_buf_back(rc_buf *b, void *dmem);
+fa_options rc_dev_options(const fa_options *o, int64_t H, void **mem);
+
 #endif

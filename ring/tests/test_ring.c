@@ -7,7 +7,8 @@
  * that disagree, and a rank that fails during the compute phase: every rank must return
  * the same error and leave its outputs untouched.
  *
- * FA_TEST_BACKENDS=reference,cpu (the default) picks the backends. Exit status 0 when
+ * FA_TEST_BACKENDS=reference,cpu (the default) picks the backends; cuda (on a GPU machine)
+ * runs the cases on device copies, through the ring's host staging. Exit status 0 when
  * every check on every rank passed.
  */
 #include <math.h>
@@ -58,6 +59,67 @@ static int bitwise_equal(const rc_buf *a, const rc_buf *b)
     return a->bytes == b->bytes && memcmp(a->base, b->base, a->bytes) == 0;
 }
 
+/* A CUDA context's device copies of one case: inputs (views) and outputs (rc_bufs, lse
+   and dsinks arrays), copied back after each call. */
+typedef struct { int dev, n; void *mem[16]; } devs;
+
+static fa_tensor in_view(devs *d, const fa_tensor *t)
+{
+    if (!d->dev) return *t;
+    fa_tensor x = rc_dev_view(t, &d->mem[d->n]);
+    d->n++;
+    return x;
+}
+
+static fa_tensor out_view(devs *d, const rc_buf *b, void **m)
+{
+    *m = NULL;
+    return d->dev ? rc_dev_buf(b, m) : b->t;
+}
+
+static float *out_array(devs *d, float *host, size_t bytes)
+{
+    return d->dev ? rc_dev_put(host, bytes) : host;
+}
+
+/* The device's results into host memory (nothing to do on the host backends). */
+static int back(devs *d, rc_buf *b, void *m, float *host, float *dev, size_t bytes)
+{
+    if (!d->dev) return 0;
+    int rc = b ? rc_dev_buf_back(b, m) : 0;
+    if (host) rc |= rc_dev_get(host, dev, bytes);
+    return rc;
+}
+
+static void devs_free(devs *d)
+{
+    for (int i = 0; i < d->n; i++) rc_dev_free(d->mem[i]);
+    d->n = 0;
+}
+
+static int run_backward(fa_context *ctx, devs *d, const char *tag, const rc_problem *p,
+                        const fa_tensor *q, const fa_tensor *k, const fa_tensor *v,
+                        const fa_tensor *dout, const fa_tensor *out, const float *lse,
+                        const fa_options *o, rc_buf *dq, rc_buf *dk, rc_buf *dv, float *ds)
+{
+    const rc_case *c = &p->c;
+    void *m[3];
+    fa_tensor tdq = out_view(d, dq, &m[0]), tdk = out_view(d, dk, &m[1]);
+    fa_tensor tdv = out_view(d, dv, &m[2]);
+    float *tds = c->sinks ? out_array(d, ds, sizeof(float) * 64) : NULL;
+    fa_status st = fa_ring_backward(ctx, MPI_COMM_WORLD, &tdq, &tdk, &tdv, tds, dout,
+                                    q, k, v, out, lse, &p->layout, o);
+    int bad = back(d, dq, m[0], NULL, NULL, 0) | back(d, dk, m[1], NULL, NULL, 0) |
+              back(d, dv, m[2], ds, tds, c->sinks ? sizeof(float) * 64 : 0);
+    if (d->dev && tds) rc_dev_free(tds);
+    if (st != FA_OK || bad) {
+        printf("FAIL rank %d %s: fa_ring_backward %s: %s\n", rank_, tag, fa_status_string(st),
+               bad ? "copying the results back failed" : fa_ring_last_error());
+        return 1;
+    }
+    return 0;
+}
+
 static int run_case(fa_context *ctx, const char *bname, const rc_case *c)
 {
     char tag[128], msg[320];
@@ -72,20 +134,30 @@ static int run_case(fa_context *ctx, const char *bname, const rc_case *c)
     if (rank_ == 0 && ctx_first)
         printf("case %s np%d: Sq=%lld Sk=%lld, this rank %lld q rows, %lld k rows\n", c->name,
                R, (long long)p.Sq, (long long)p.Sk, (long long)p.nq, (long long)p.nk);
-    void *mem[4];
-    fa_tensor q = rc_view(p.lq, c->dt, c->B, p.nq, c->H, c->dqk, c->padded, &mem[0]);
-    fa_tensor k = rc_view(p.lk, c->dt, c->B, p.nk, c->Hkv, c->dqk, c->padded, &mem[1]);
-    fa_tensor v = rc_view(p.lv, c->dt, c->B, p.nk, c->Hkv, c->dv, c->padded, &mem[2]);
-    fa_tensor dout = rc_view(p.ldout, c->dt, c->B, p.nq, c->H, c->dv, c->padded, &mem[3]);
+    devs d = { fa_context_backend(ctx) == FA_BACKEND_CUDA, 0, { 0 } };
+    void *mem[4], *om[2] = { NULL, NULL };
+    fa_tensor hq = rc_view(p.lq, c->dt, c->B, p.nq, c->H, c->dqk, c->padded, &mem[0]);
+    fa_tensor hk = rc_view(p.lk, c->dt, c->B, p.nk, c->Hkv, c->dqk, c->padded, &mem[1]);
+    fa_tensor hv = rc_view(p.lv, c->dt, c->B, p.nk, c->Hkv, c->dv, c->padded, &mem[2]);
+    fa_tensor hdo = rc_view(p.ldout, c->dt, c->B, p.nq, c->H, c->dv, c->padded, &mem[3]);
+    fa_tensor q = in_view(&d, &hq), k = in_view(&d, &hk), v = in_view(&d, &hv);
+    fa_tensor dout = in_view(&d, &hdo);
+    fa_options o = d.dev ? rc_dev_options(&p.opt, c->H, om) : p.opt;
     rc_buf out, dq, dk, dv, dq2, dk2, dv2;
     rc_buf_new(&out, c->odt, c->B, p.nq, c->H, c->dv);
-    float *lse = malloc(sizeof(float) * (size_t)(c->B * c->H * p.nq) + 4);
+    size_t lbytes = sizeof(float) * (size_t)(c->B * c->H * p.nq) + 4;
+    float *lse = malloc(lbytes), *dlse = NULL;
     float ds[64], ds2[64];
-    fa_status st = fa_ring_forward(ctx, MPI_COMM_WORLD, &out.t, lse, &q, &k, &v, &p.layout,
-                                   &p.opt);
-    if (st != FA_OK) {
+    void *outm;
+    fa_tensor to = out_view(&d, &out, &outm);
+    float *tl = out_array(&d, lse, lbytes);
+    fa_status st = fa_ring_forward(ctx, MPI_COMM_WORLD, &to, tl, &q, &k, &v, &p.layout, &o);
+    int bad = back(&d, &out, outm, lse, tl, lbytes);
+    if (d.dev) dlse = tl;   /* the backward reads the forward's device lse */
+    fa_tensor fout = d.dev ? rc_dev_view(&out.t, &d.mem[d.n++]) : out.t;
+    if (st != FA_OK || bad) {
         printf("FAIL rank %d %s: fa_ring_forward %s: %s\n", rank_, tag, fa_status_string(st),
-               fa_ring_last_error());
+               bad ? "copying the results back failed" : fa_ring_last_error());
         f++;
         goto done_fwd;
     }
@@ -100,22 +172,18 @@ static int run_case(fa_context *ctx, const char *bname, const rc_case *c)
     rc_buf_new(&dq, c->odt, c->B, p.nq, c->H, c->dqk);
     rc_buf_new(&dk, c->odt, c->B, p.nk, c->Hkv, c->dqk);
     rc_buf_new(&dv, c->odt, c->B, p.nk, c->Hkv, c->dv);
-    st = fa_ring_backward(ctx, MPI_COMM_WORLD, &dq.t, &dk.t, &dv.t, c->sinks ? ds : NULL,
-                          &dout, &q, &k, &v, &out.t, lse, &p.layout, &p.opt);
-    if (st != FA_OK) {
-        printf("FAIL rank %d %s: fa_ring_backward %s: %s\n", rank_, tag, fa_status_string(st),
-               fa_ring_last_error());
+    const float *bl = d.dev ? dlse : lse;
+    if (run_backward(ctx, &d, tag, &p, &q, &k, &v, &dout, &fout, bl, &o, &dq, &dk, &dv, ds))
         f++;
-    } else {
+    else
         f += rc_check_backward(&p, tag, &dq, &dk, &dv, c->sinks ? ds : NULL);
-    }
     if (c->deterministic) {   /* the same call again: bitwise the same gradients */
         rc_buf_new(&dq2, c->odt, c->B, p.nq, c->H, c->dqk);
         rc_buf_new(&dk2, c->odt, c->B, p.nk, c->Hkv, c->dqk);
         rc_buf_new(&dv2, c->odt, c->B, p.nk, c->Hkv, c->dv);
-        st = fa_ring_backward(ctx, MPI_COMM_WORLD, &dq2.t, &dk2.t, &dv2.t, c->sinks ? ds2 : NULL,
-                              &dout, &q, &k, &v, &out.t, lse, &p.layout, &p.opt);
-        if (st != FA_OK || !bitwise_equal(&dq, &dq2) || !bitwise_equal(&dk, &dk2) ||
+        if (run_backward(ctx, &d, tag, &p, &q, &k, &v, &dout, &fout, bl, &o, &dq2, &dk2, &dv2,
+                         ds2) ||
+            !bitwise_equal(&dq, &dq2) || !bitwise_equal(&dk, &dk2) ||
             !bitwise_equal(&dv, &dv2) ||
             (c->sinks && memcmp(ds, ds2, sizeof(float) * (size_t)c->H) != 0)) {
             printf("FAIL rank %d %s: a second deterministic backward differs\n", rank_, tag);
@@ -125,6 +193,8 @@ static int run_case(fa_context *ctx, const char *bname, const rc_case *c)
     }
     rc_buf_free(&dq); rc_buf_free(&dk); rc_buf_free(&dv);
 done_fwd:
+    if (d.dev) { rc_dev_free(tl); rc_dev_free(om[0]); rc_dev_free(om[1]); }
+    devs_free(&d);
     rc_buf_free(&out);
     free(lse);
     for (int i = 0; i < 4; i++) free(mem[i]);
@@ -238,9 +308,10 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &R);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     const struct { fa_backend b; const char *name; } backends[] = {
-        { FA_BACKEND_REFERENCE, "reference" }, { FA_BACKEND_CPU, "cpu" } };
+        { FA_BACKEND_REFERENCE, "reference" }, { FA_BACKEND_CPU, "cpu" },
+        { FA_BACKEND_CUDA, "cuda" } };
     int fails = 0, checks = 0;
-    for (size_t bi = 0; bi < 2; bi++) {
+    for (size_t bi = 0; bi < 3; bi++) {
         if (!backend_wanted(backends[bi].name)) continue;
         fa_context *ctx = make_ctx(backends[bi].b);
         if (!ctx) {
@@ -252,8 +323,12 @@ int main(int argc, char **argv)
         ctx_first = bi == 0;
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++, checks++)
             fails += run_case(ctx, backends[bi].name, &cases[i]);
-        for (int e = 0; e < E_COUNT; e++, checks++)
-            fails += run_error(ctx, backends[bi].name, (err_kind)e);
+        if (backends[bi].b == FA_BACKEND_CUDA) {   /* they pass host arrays */
+            if (rank_ == 0) printf("cuda: the error cases run on the host backends only\n");
+        } else {
+            for (int e = 0; e < E_COUNT; e++, checks++)
+                fails += run_error(ctx, backends[bi].name, (err_kind)e);
+        }
         fa_context_destroy(ctx);
     }
     int total = 0;
