@@ -88,11 +88,11 @@ typedef struct {
  *     chunk) pair runs as one fa_forward call whose window bounds are the global ones
  *     shifted into the call's own alignment; blocks no row of a shard sees are skipped,
  *     and a K/V block is sent on only while a rank ahead of it sees some of its keys.
- *   alibi_slopes [H] (host): -slope |i + off - j| with global positions. Where a call's
+ *   alibi_slopes [H]: -slope |i + off - j| with global positions. Where a call's
  *     own alignment cannot be the global one, every key of the call lies on one side of
  *     each row: the bias is then a per-key term (a bias tensor of H x block keys) plus a
  *     per-row term added to the call's lse.
- *   sinks [H] (host): counted once per row, merged after the blocks.
+ *   sinks [H]: counted once per row, merged after the blocks.
  *   bias, dropout_p > 0: FA_ERR_UNSUPPORTED. fa_forward keys dropout by (b, h, i, j)
  *     within the call and no public option offsets i and j to global positions (the
  *     Philox offset only changes the call's key); a bias would have to be sharded by both
@@ -109,7 +109,7 @@ FA_API fa_status fa_ring_forward(fa_context *ctx, MPI_Comm comm, fa_tensor *out,
                                  const fa_ring_layout *layout, const fa_options *opt);
 
 /* Gradients of fa_ring_forward, each rank for its own shard: dq like q, dk like k, dv
- * like v (each the dtype of q or F32), overwritten. dsinks [H] fp32 or NULL (host),
+ * like v (each the dtype of q or F32), overwritten. dsinks [H] fp32 or NULL,
  * overwritten with the gradient over the whole sequence (the same on every rank;
  * INVALID_ARG when sinks is NULL). dout like out; out and lse as fa_ring_forward returned
  * them on this rank (lse required). Same layout and options as the forward.
