@@ -18,8 +18,16 @@
  * Conventions (besides those of flashattn.h):
  *   - Collective: every rank of comm calls the same function with the same options
  *     (the same fields, on every rank) and its own shard; the calls are matched in order.
- *   - Host memory only: the context must be a reference or CPU context. A CUDA context
- *     returns FA_ERR_UNSUPPORTED (no device staging is done).
+ *   - Memory: the context's (docs/api.md, memory spaces). With a CUDA context every rank
+ *     uses one (the call checks it), the pointers are device memory, and the ring stages
+ *     through host memory: the rank's inputs are copied to the host once, the K/V blocks
+ *     travel in host buffers (the MPI need not be CUDA-aware), each block's fa_forward /
+ *     fa_backward runs on the CUDA context with its inputs copied to device scratch and
+ *     its results copied back, the merges and sums run on an internal CPU context, and
+ *     the results are copied to the device at the end (one more status agreement). The
+ *     CUDA runtime is loaded at run time ($FA_RING_CUDART, else libcudart.so, .so.13,
+ *     .so.12; without it FA_ERR_UNSUPPORTED). Each block call waits for the device
+ *     (cudaDeviceSynchronize), so staging serves correctness and memory, not speed.
  *   - The status is agreed by every rank: one MPI_Allreduce before the compute phase
  *     (argument checks and allocations) and one after it. If any rank fails, every rank
  *     returns an error (FA_ERR_INVALID_ARG first, then the lowest other code) and nothing
@@ -73,28 +81,35 @@ typedef struct {
  * kv_len[0] = nk (then every rank must pass NULL).
  * Options, with positions taken in the global sequence:
  *   scale, softcap: as in fa_forward.
- *   causal: FA_CAUSAL_TOP_LEFT (off = 0) or FA_CAUSAL_BOTTOM_RIGHT (off = Sk - Sq, the
- *     global lengths): query at global position i sees keys j <= i + off. Blocks wholly
- *     in a query chunk's future are skipped, wholly past ones run unmasked, the rest run
- *     with fa_forward's causal mask on the rows and keys that need it.
- *   sinks [H] (host): counted once per row, merged after the blocks.
- *   window, alibi_slopes, bias, dropout_p > 0: FA_ERR_UNSUPPORTED. A window or ALiBi
- *     needs the global offset between a query and a key block, which fa_forward's two
- *     alignments cannot express for an arbitrary block; fa_forward keys dropout by
- *     positions within the call, and no public option shifts them to global positions;
- *     a bias would have to be sharded by both queries and keys.
+ *   causal: FA_CAUSAL_TOP_LEFT (off = 0) or FA_CAUSAL_BOTTOM_RIGHT / NONE (off = Sk - Sq,
+ *     the global lengths): query at global position i sits at key position i + off.
+ *   window (left, right): query i sees keys i + off - left .. i + off + right, as in
+ *     fa_forward over the whole sequence (causal: right = 0). Each (query chunk, key
+ *     chunk) pair runs as one fa_forward call whose window bounds are the global ones
+ *     shifted into the call's own alignment; blocks no row of a shard sees are skipped,
+ *     and a K/V block is sent on only while a rank ahead of it sees some of its keys.
+ *   alibi_slopes [H]: -slope |i + off - j| with global positions. Where a call's
+ *     own alignment cannot be the global one, every key of the call lies on one side of
+ *     each row: the bias is then a per-key term (a bias tensor of H x block keys) plus a
+ *     per-row term added to the call's lse.
+ *   sinks [H]: counted once per row, merged after the blocks.
+ *   bias, dropout_p > 0: FA_ERR_UNSUPPORTED. fa_forward keys dropout by (b, h, i, j)
+ *     within the call and no public option offsets i and j to global positions (the
+ *     Philox offset only changes the call's key); a bias would have to be sharded by both
+ *     queries and keys.
  *   deterministic: passed to every fa_backward; the ring's own sums run in a fixed order
  *     whatever the option (the result is bitwise reproducible run to run when the
  *     backend's is).
- * Each fully masked row (possible with BOTTOM_RIGHT and Sq > Sk) gets out = 0 and
+ * Each fully masked row (BOTTOM_RIGHT with Sq > Sk, or a window) gets out = 0 and
  * lse = -inf (or its sink), as fa_forward. Host scratch: 3 x B x nq x H x d_v fp32, four
- * B x H x nq fp32 and two K/V buffers the size of the longest k/v shard. */
+ * B x H x nq fp32, two K/V buffers the size of the longest k/v shard and, with ALiBi,
+ * H x (longest k/v shard) fp32. */
 FA_API fa_status fa_ring_forward(fa_context *ctx, MPI_Comm comm, fa_tensor *out, float *lse,
                                  const fa_tensor *q, const fa_tensor *k, const fa_tensor *v,
                                  const fa_ring_layout *layout, const fa_options *opt);
 
 /* Gradients of fa_ring_forward, each rank for its own shard: dq like q, dk like k, dv
- * like v (each the dtype of q or F32), overwritten. dsinks [H] fp32 or NULL (host),
+ * like v (each the dtype of q or F32), overwritten. dsinks [H] fp32 or NULL,
  * overwritten with the gradient over the whole sequence (the same on every rank;
  * INVALID_ARG when sinks is NULL). dout like out; out and lse as fa_ring_forward returned
  * them on this rank (lse required). Same layout and options as the forward.

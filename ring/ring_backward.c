@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "ring_internal.h"
+#include "ring_device.h"
 
 typedef struct {
     int64_t nq;
@@ -23,13 +24,14 @@ typedef struct {
     float *acc[3];            /* travelling dk then dv accumulators                      */
     void *kv[2];
     float *ds_all;            /* [R][H]                                                  */
+    float *bias;              /* [H][nk_max]: a split-ALiBi call's key terms             */
 } bwd_scratch;
 
 static void bwd_free(bwd_scratch *w)
 {
     free(w->dq); free(w->dqp); free(w->lse); free(w->dkc); free(w->dvc); free(w->part);
     for (int i = 0; i < 3; i++) free(w->acc[i]);
-    free(w->kv[0]); free(w->kv[1]); free(w->ds_all);
+    free(w->kv[0]); free(w->kv[1]); free(w->ds_all); free(w->bias);
 }
 
 static size_t dkv_bytes(const ring_geom *g, int64_t nk)
@@ -64,6 +66,8 @@ static void bwd_alloc(ring_status *s, const ring_geom *g, int64_t nq, bwd_scratc
     for (int i = 0; i < 3; i++) w->acc[i] = ring_alloc(s, blk, "dk/dv in flight");
     for (int i = 0; i < 2; i++) w->kv[i] = ring_alloc(s, ring_kv_bytes(g, g->max_nk), "K/V");
     w->ds_all = ring_alloc(s, sizeof(float) * (size_t)(g->R * g->H), "dsinks");
+    if (g->alibi)
+        w->bias = ring_alloc(s, sizeof(float) * (size_t)(g->H * g->max_nk), "ALiBi terms");
     if (s->st == FA_OK) memset(w->dq, 0, qrows);
 }
 
@@ -75,7 +79,7 @@ typedef struct {
 
 /* This rank's contribution to the block of rank `owner` (in buf): dq into w->dq, the
  * block's dk/dv into w->part. rq: the step's messages, tested between calls. */
-static void backward_block(fa_context *ctx, ring_status *s, const ring_geom *g, int owner,
+static void backward_block(ring_rt *rt, ring_status *s, const ring_geom *g, int owner,
                            void *buf, const bwd_inputs *in, bwd_scratch *w, MPI_Request *rq,
                            int nrq)
 {
@@ -95,11 +99,13 @@ static void backward_block(fa_context *ctx, ring_status *s, const ring_geom *g, 
         fa_tensor dkc = dk_view(g, w->dkc, c[i].nk), dvc = fa_tensor_contiguous(
             w->dvc, FA_F32, g->B, c[i].nk, g->Hkv, g->dv);
         ring_lse_gather(w->lse, in->lse, g->B, g->H, w->nq, q0, nq);
-        fa_options o = in->base;
-        o.causal = c[i].causal;
-        fa_status st = fa_backward(ctx, &dqc, &dkc, &dvc, NULL, &dov, &qv, &kv, &vv, &ov,
-                                   w->lse, &o);
-        if (st != FA_OK) { ring_fail_ctx(s, st, ctx, "fa_backward on a block"); return; }
+        ring_call_shift_lse(g, &c[i], in->base.alibi_slopes, w->lse, -1);
+        fa_tensor bias;
+        fa_options o = ring_call_options(g, &c[i], &in->base, w->bias, &bias);
+        char m[256];
+        fa_status st = ring_rt_backward(rt, &dqc, &dkc, &dvc, &dov, &qv, &kv, &vv, &ov, w->lse,
+                                        &o, m, sizeof m);
+        if (st != FA_OK) { ring_fail(s, st, "%s", m); return; }
         fa_tensor dqr = ring_rows(&dqs, q0, nq);
         ring_add(&dqr, &dqc);
         fa_tensor dkr = ring_rows(&dkp, c[i].k0, c[i].nk), dvr = ring_rows(&dvp, c[i].k0, c[i].nk);
@@ -143,13 +149,111 @@ static void check_args(fa_context *ctx, ring_status *s, const char *fn, fa_tenso
     fa_status st = fa_query_backward(ctx, &name, dq, dk, dv, dsinks, dout, q, k, v, out, lse,
                                      &o);
     if (st != FA_OK) { ring_fail_ctx(s, st, ctx, fn); return; }
-    ring_check_unsupported(ctx, s, fn, opt);
+    ring_check_unsupported(s, fn, opt);
 }
 
-/* The dk/dv accumulators around the ring (R > 1): requests and bytes. */
-typedef struct { MPI_Request recv, send[3]; int64_t bytes; } dkv_ring;
-
 static int64_t block_len(const ring_geom *g, int r) { return g->kvlen[2 * r] + g->kvlen[2 * r + 1]; }
+
+/* The R steps: dq into w->dq; returns this rank's own dk/dv accumulator, back from its
+   round. */
+static float *backward_steps(ring_rt *rt, MPI_Comm comm, ring_status *s, const ring_geom *g,
+                             bwd_scratch *w, const bwd_inputs *in, const fa_tensor *k,
+                             const fa_tensor *v, fa_ring_stats *st)
+{
+    int R = g->R, next = (g->rank + 1) % R, prev = (g->rank + R - 1) % R;
+    MPI_Request kvrq[2], dkrecv = MPI_REQUEST_NULL, dksend[3] = { MPI_REQUEST_NULL,
+        MPI_REQUEST_NULL, MPI_REQUEST_NULL };
+    ring_pack_kv(g, w->kv[0], k, v);
+    for (int t = 0; t < R; t++) {
+        int owner = (g->rank + R - t) % R, incoming = (owner + R - 1) % R;
+        void *cur = w->kv[t & 1];
+        int nkv = 0;
+        double w0 = ring_now();
+        MPI_Request this_recv = dkrecv;   /* posted at step t - 1 (none at t = 0) */
+        if (R > 1) {   /* the accumulator of step t+1 (t+1 = R: this rank's own, final) */
+            MPI_Wait(&dksend[(t + 1) % 3], MPI_STATUS_IGNORE);
+            ring_irecv(comm, w->acc[(t + 1) % 3], dkv_bytes(g, block_len(g, incoming)),
+                       prev, RING_TAG_DKV, &dkrecv);
+        }
+        if (t < R - 1) {
+            size_t outb = ring_kv_bytes(g, block_len(g, owner));
+            if (ring_needed_after(g, incoming, t))   /* as in the forward */
+                ring_irecv(comm, w->kv[(t + 1) & 1], ring_kv_bytes(g, block_len(g, incoming)),
+                           prev, RING_TAG_KV, &kvrq[nkv++]);
+            if (ring_needed_after(g, owner, t)) {
+                ring_isend(comm, cur, outb, next, RING_TAG_KV, &kvrq[nkv++]);
+                st->bytes_sent += (int64_t)outb;
+            }
+        }
+        double c0 = ring_now();
+        st->wait_s += c0 - w0;
+        if (s->st == FA_OK) backward_block(rt, s, g, owner, cur, in, w, kvrq, nkv);
+        double c1 = ring_now();
+        st->compute_s += c1 - c0;
+        MPI_Wait(&this_recv, MPI_STATUS_IGNORE);
+        double c2 = ring_now();
+        float *acc = w->acc[t % 3];
+        size_t nf = (size_t)(g->B * block_len(g, owner) * g->Hkv * (g->dqk + g->dv));
+        if (t == 0) memcpy(acc, w->part, sizeof(float) * nf);
+        else for (size_t i = 0; i < nf; i++) acc[i] += w->part[i];
+        if (R > 1) {
+            size_t b = dkv_bytes(g, block_len(g, owner));
+            ring_isend(comm, acc, b, next, RING_TAG_DKV, &dksend[t % 3]);
+            st->bytes_sent += (int64_t)b;
+        }
+        double c3 = ring_now();
+        st->compute_s += c3 - c2;
+        MPI_Waitall(nkv, kvrq, MPI_STATUSES_IGNORE);
+        st->wait_s += (c2 - c1) + (ring_now() - c3);
+    }
+    double w0 = ring_now();
+    if (R > 1) MPI_Wait(&dkrecv, MPI_STATUS_IGNORE);
+    MPI_Waitall(3, dksend, MPI_STATUSES_IGNORE);
+    st->wait_s += ring_now() - w0;
+    return w->acc[R > 1 ? R % 3 : 0];
+}
+
+/* The tensors as the ring reads and writes them: the caller's, or (a CUDA context) host
+   stand-ins, the inputs copied from the device. */
+typedef struct {
+    fa_tensor dq, dk, dv, dout, q, k, v, out;
+    const float *lse, *dsinks;
+    fa_options opt;
+} bwd_args;
+
+static void stage_backward(ring_rt *rt, ring_stage *sg, ring_status *s, int64_t H,
+                           bwd_args *h)
+{
+    char m[200] = "";
+    fa_status st = FA_OK;
+    fa_tensor *in[5] = { &h->dout, &h->q, &h->k, &h->v, &h->out };
+    fa_tensor *outs[3] = { &h->dq, &h->dk, &h->dv };
+    for (int i = 0; i < 5 && st == FA_OK; i++) st = ring_stage_tensor(sg, in[i], 1, m, sizeof m);
+    for (int i = 0; i < 3 && st == FA_OK; i++) st = ring_stage_tensor(sg, outs[i], 0, m, sizeof m);
+    int64_t nl = h->q.shape[0] * H * h->q.shape[1];
+    if (st == FA_OK) st = ring_stage_array(sg, &h->lse, nl, 1, m, sizeof m);
+    if (st == FA_OK) st = ring_stage_array(sg, &h->dsinks, H, 0, m, sizeof m);
+    if (st == FA_OK) st = ring_stage_array(sg, &h->opt.sinks, H, 1, m, sizeof m);
+    if (st == FA_OK && h->opt.alibi_slopes) {
+        st = ring_stage_array(sg, &h->opt.alibi_slopes, H, 1, m, sizeof m);
+        if (st == FA_OK) st = ring_rt_set_slopes(rt, h->opt.alibi_slopes, H, m, sizeof m);
+    }
+    if (st != FA_OK) ring_fail(s, st, "staging the CUDA tensors: %s", m);
+}
+
+/* The staged gradients onto the device ones, agreed once more. */
+static void unstage_backward(MPI_Comm comm, ring_status *s, fa_tensor *dq, fa_tensor *dk,
+                             fa_tensor *dv, float *dsinks, const bwd_args *h)
+{
+    char m[200] = "";
+    fa_status st = ring_rt_copy_view(dq, &h->dq, m, sizeof m);
+    if (st == FA_OK) st = ring_rt_copy_view(dk, &h->dk, m, sizeof m);
+    if (st == FA_OK) st = ring_rt_copy_view(dv, &h->dv, m, sizeof m);
+    if (st == FA_OK && dsinks)
+        st = ring_rt_copy(dsinks, h->dsinks, sizeof(float) * (size_t)dq->shape[2], m, sizeof m);
+    if (st != FA_OK) ring_fail(s, st, "copying the gradients to the device: %s", m);
+    ring_agree(comm, s);
+}
 
 FA_API fa_status fa_ring_backward(fa_context *ctx, MPI_Comm comm, fa_tensor *dq,
                                   fa_tensor *dk, fa_tensor *dv, float *dsinks,
@@ -164,91 +268,59 @@ FA_API fa_status fa_ring_backward(fa_context *ctx, MPI_Comm comm, fa_tensor *dq,
     ring_status s = { FA_OK, "" };
     ring_args a;
     check_args(ctx, &s, fn, dq, dk, dv, dsinks, dout, q, k, v, out, lse, layout, opt, &a);
-    if (ring_agree(comm, &s) != FA_OK) return s.st;
-    ring_geom g;
-    if (ring_setup(comm, fn, &s, &g, &a) != FA_OK) return s.st;
-    bwd_scratch w;
+    ring_rt rt;
+    char m[200] = "";
+    fa_status os = ring_rt_open(&rt, s.st == FA_OK ? ctx : NULL, s.st == FA_OK ? q->data : NULL,
+                                m, sizeof m);
+    if (os != FA_OK) ring_fail(&s, os, "%s: %s", fn, m);
+    bwd_args h = { .opt = opt ? *opt : (fa_options){ 0 } };
+    ring_stage sg = { { 0 }, 0 };
+    if (s.st == FA_OK) {
+        h.dq = *dq; h.dk = *dk; h.dv = *dv; h.dout = *dout; h.q = *q; h.k = *k; h.v = *v;
+        h.out = *out; h.lse = lse; h.dsinks = dsinks;
+        if (rt.on) stage_backward(&rt, &sg, &s, q->shape[2], &h);
+    }
+    ring_geom g = { 0 };
+    bwd_scratch w = { 0 };
+    if (ring_agree(comm, &s) != FA_OK) goto done;
+    if (ring_setup(comm, fn, &s, &g, &a) != FA_OK) goto done;
     bwd_alloc(&s, &g, q->shape[1], &w);
-    if (ring_agree(comm, &s) != FA_OK) { bwd_free(&w); ring_geom_free(&g); return s.st; }
+    if (ring_agree(comm, &s) != FA_OK) goto done;
 
-    bwd_inputs in = { dout, q, out, lse, opt ? *opt : (fa_options){ 0 } };
+    bwd_inputs in = { &h.dout, &h.q, &h.out, h.lse, h.opt };
     in.base.sinks = NULL;
-    int R = g.R, next = (g.rank + 1) % R, prev = (g.rank + R - 1) % R;
-    MPI_Request kvrq[2], dkrecv = MPI_REQUEST_NULL, dksend[3] = { MPI_REQUEST_NULL,
-        MPI_REQUEST_NULL, MPI_REQUEST_NULL };
-    ring_pack_kv(&g, w.kv[0], k, v);
-    for (int t = 0; t < R; t++) {
-        int owner = (g.rank + R - t) % R, incoming = (owner + R - 1) % R;
-        void *cur = w.kv[t & 1];
-        int nkv = 0;
-        double w0 = ring_now();
-        MPI_Request this_recv = dkrecv;   /* posted at step t - 1 (none at t = 0) */
-        if (R > 1) {   /* the accumulator of step t+1 (t+1 = R: this rank's own, final) */
-            MPI_Wait(&dksend[(t + 1) % 3], MPI_STATUS_IGNORE);
-            ring_irecv(comm, w.acc[(t + 1) % 3], dkv_bytes(&g, block_len(&g, incoming)),
-                       prev, RING_TAG_DKV, &dkrecv);
-        }
-        if (t < R - 1) {
-            size_t outb = ring_kv_bytes(&g, block_len(&g, owner));
-            ring_irecv(comm, w.kv[(t + 1) & 1], ring_kv_bytes(&g, block_len(&g, incoming)),
-                       prev, RING_TAG_KV, &kvrq[nkv++]);
-            ring_isend(comm, cur, outb, next, RING_TAG_KV, &kvrq[nkv++]);
-            st.bytes_sent += (int64_t)outb;
-        }
+    float *mine = backward_steps(&rt, comm, &s, &g, &w, &in, &h.k, &h.v, &st);
+    if (dsinks) {   /* each rank's part in its row of ds_all, gathered in place */
         double c0 = ring_now();
-        st.wait_s += c0 - w0;
-        if (s.st == FA_OK) backward_block(ctx, &s, &g, owner, cur, &in, &w, kvrq, nkv);
-        double c1 = ring_now();
-        st.compute_s += c1 - c0;
-        MPI_Wait(&this_recv, MPI_STATUS_IGNORE);
-        double c2 = ring_now();
-        float *acc = w.acc[t % 3];
-        size_t nf = (size_t)(g.B * block_len(&g, owner) * g.Hkv * (g.dqk + g.dv));
-        if (t == 0) memcpy(acc, w.part, sizeof(float) * nf);
-        else for (size_t i = 0; i < nf; i++) acc[i] += w.part[i];
-        if (R > 1) {
-            size_t b = dkv_bytes(&g, block_len(&g, owner));
-            ring_isend(comm, acc, b, next, RING_TAG_DKV, &dksend[t % 3]);
-            st.bytes_sent += (int64_t)b;
-        }
-        double c3 = ring_now();
-        st.compute_s += c3 - c2;
-        MPI_Waitall(nkv, kvrq, MPI_STATUSES_IGNORE);
-        st.wait_s += (c2 - c1) + (ring_now() - c3);
-    }
-    double w0 = ring_now();
-    if (R > 1) MPI_Wait(&dkrecv, MPI_STATUS_IGNORE);
-    MPI_Waitall(3, dksend, MPI_STATUSES_IGNORE);
-    st.wait_s += ring_now() - w0;
-    float *mine = w.acc[R > 1 ? R % 3 : 0];
-
-    float ds_local[g.H > 0 ? g.H : 1];
-    if (dsinks) {
-        double c0 = ring_now();
-        local_dsinks(ctx, &s, &g, &in, opt->sinks, ds_local, &w);
+        local_dsinks(rt.host, &s, &g, &in, h.opt.sinks, w.ds_all + g.rank * g.H, &w);
         st.compute_s += ring_now() - c0;
-        MPI_Allgather(ds_local, (int)g.H, MPI_FLOAT, w.ds_all, (int)g.H, MPI_FLOAT, comm);
+        MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, w.ds_all, (int)g.H, MPI_FLOAT, comm);
     }
-
     if (ring_agree(comm, &s) == FA_OK) {
         int64_t nk = block_len(&g, g.rank);
         fa_tensor dqs = fa_tensor_contiguous(w.dq, FA_F32, g.B, w.nq, g.H, g.dqk);
         fa_tensor dks = dk_view(&g, mine, nk), dvs = dv_view(&g, mine, nk);
-        ring_store(dq, &dqs);
-        ring_store(dk, &dks);
-        ring_store(dv, &dvs);
+        ring_store(&h.dq, &dqs);
+        ring_store(&h.dk, &dks);
+        ring_store(&h.dv, &dvs);
         if (dsinks)
-            for (int64_t h = 0; h < g.H; h++) {
+            for (int64_t hh = 0; hh < g.H; hh++) {
                 float sum = 0.0f;
-                for (int r = 0; r < R; r++) sum += w.ds_all[r * g.H + h];
-                dsinks[h] = sum;
+                for (int r = 0; r < g.R; r++) sum += w.ds_all[r * g.H + hh];
+                ((float *)h.dsinks)[hh] = sum;
             }
-        st.steps = R;
+        if (rt.on) unstage_backward(comm, &s, dq, dk, dv, dsinks, &h);
+    }
+    if (s.st == FA_OK) {
+        st.steps = g.R;
         st.total_s = ring_now() - t0;
         ring_set_stats(&st);
         ring_set_error("");
     }
+done:
     bwd_free(&w);
     ring_geom_free(&g);
+    ring_stage_free(&sg);
+    ring_rt_close(&rt);
     return s.st;
 }

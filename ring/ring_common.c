@@ -1,5 +1,5 @@
-/* ring_common.c - the ring's geometry, its agreed status and argument checks, and the
- * block messages and copies that fa_ring_forward and fa_ring_backward share. */
+/* ring_common.c - the ring's agreed status and argument checks, and the block messages
+ * and copies that fa_ring_forward and fa_ring_backward share. */
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
@@ -106,6 +106,9 @@ static int bad_layout(ring_status *s, const char *fn, const fa_ring_layout *L,
     return 0;
 }
 
+/* A window bound: -1 (unbounded) for -1 and for 2^62 or more (docs/api.md). */
+static int64_t window_bound(int64_t x) { return x >= 0 && x < ((int64_t)1 << 62) ? x : -1; }
+
 void ring_check_common(fa_context *ctx, ring_status *s, const char *fn, const fa_tensor *q,
                        const fa_tensor *k, const fa_tensor *v, const fa_ring_layout *layout,
                        const fa_options *opt, ring_args *a)
@@ -126,25 +129,21 @@ void ring_check_common(fa_context *ctx, ring_status *s, const char *fn, const fa
     a->kind = layout->kind;
     for (int i = 0; i < 2; i++) { a->qlen[i] = layout->q_len[i]; a->kvlen[i] = layout->kv_len[i]; }
     a->causal = o.causal;
+    a->window = o.window != 0;
+    /* a bound of 2^62 or more is unbounded (docs/api.md) */
+    a->wl = a->window ? window_bound(o.window_left) : -1;
+    a->wr = a->window ? window_bound(o.window_right) : -1;
+    a->alibi = o.alibi_slopes != NULL;
+    a->staged = fa_context_backend(ctx) == FA_BACKEND_CUDA;
     a->sinks = o.sinks != NULL;
     a->deterministic = o.deterministic;
     memcpy(&a->scale_bits, &o.scale, 4);
     memcpy(&a->softcap_bits, &o.softcap, 4);
 }
 
-void ring_check_unsupported(fa_context *ctx, ring_status *s, const char *fn,
-                            const fa_options *opt)
+void ring_check_unsupported(ring_status *s, const char *fn, const fa_options *opt)
 {
-    if (fa_context_backend(ctx) == FA_BACKEND_CUDA)
-        ring_fail(s, FA_ERR_UNSUPPORTED, "%s: CUDA contexts are not served (host tensors "
-                  "only: use a reference or CPU context)", fn);
-    else if (opt && opt->window)
-        ring_fail(s, FA_ERR_UNSUPPORTED, "%s: windows are not served (a block's global "
-                  "offset is not one of fa_forward's alignments)", fn);
-    else if (opt && opt->alibi_slopes)
-        ring_fail(s, FA_ERR_UNSUPPORTED, "%s: ALiBi is not served (a block's global "
-                  "offset is not one of fa_forward's alignments)", fn);
-    else if (opt && opt->bias)
+    if (opt && opt->bias)
         ring_fail(s, FA_ERR_UNSUPPORTED, "%s: opt->bias is not served", fn);
     else if (opt && opt->dropout_p > 0.0f)
         ring_fail(s, FA_ERR_UNSUPPORTED, "%s: dropout is not served (its keep-mask is keyed "
@@ -159,7 +158,10 @@ static const char *arg_mismatch(const ring_args *a, const ring_args *b)
     SAME(kind, "layout->kind"); SAME(layout_null, "layout (NULL or not)");
     SAME(causal, "opt->causal"); SAME(sinks, "opt->sinks (NULL or not)");
     SAME(scale_bits, "opt->scale"); SAME(softcap_bits, "opt->softcap");
-    SAME(dsinks_null, "dsinks (NULL or not)");
+    SAME(dsinks_null, "dsinks (NULL or not)"); SAME(window, "opt->window");
+    SAME(wl, "opt->window_left"); SAME(wr, "opt->window_right");
+    SAME(alibi, "opt->alibi_slopes (NULL or not)");
+    SAME(staged, "the context's backend (CUDA or not)");
 #undef SAME
     return NULL;
 }
@@ -210,8 +212,10 @@ fa_status ring_setup(MPI_Comm comm, const char *fn, ring_status *s, ring_geom *g
         if (nk > g->max_nk) g->max_nk = nk;
     }
     g->kind = (fa_ring_kind)mine->kind;
-    g->causal = mine->causal != FA_CAUSAL_NONE;
-    g->off = mine->causal == FA_CAUSAL_BOTTOM_RIGHT ? g->Sk - g->Sq : 0;
+    g->off = mine->causal == FA_CAUSAL_TOP_LEFT ? 0 : g->Sk - g->Sq;
+    g->wl = mine->wl;
+    g->wr = mine->causal != FA_CAUSAL_NONE ? 0 : mine->wr;
+    g->alibi = (int)mine->alibi;
     g->B = mine->B; g->H = mine->H; g->Hkv = mine->Hkv;
     g->dqk = mine->dqk; g->dv = mine->dv; g->dt = (fa_dtype)mine->dt;
     g->esz = fa_dtype_size(g->dt);
@@ -227,62 +231,6 @@ fa_status ring_setup(MPI_Comm comm, const char *fn, ring_status *s, ring_geom *g
 }
 
 void ring_geom_free(ring_geom *g) { free(g->qlen); g->qlen = g->kvlen = NULL; }
-
-/* ---- geometry --------------------------------------------------------------------------- */
-/* Chunk length c (0 .. nchunks-1) of the global sequence, from the per-rank table len. */
-static int64_t chunk_len(const ring_geom *g, const int64_t *len, int c)
-{
-    if (g->kind == FA_RING_CONTIGUOUS) return len[2 * c];
-    return c < g->R ? len[2 * c] : len[2 * (2 * g->R - 1 - c) + 1];
-}
-
-static void rank_segs(const ring_geom *g, const int64_t *len, int r, ring_seg seg[2])
-{
-    int nch = g->kind == FA_RING_CONTIGUOUS ? g->R : 2 * g->R;
-    int mine[2] = { r, g->kind == FA_RING_CONTIGUOUS ? -1 : 2 * g->R - 1 - r };
-    int64_t pos = 0;
-    seg[0] = (ring_seg){ 0, 0, 0 };
-    seg[1] = (ring_seg){ 0, 0, len[2 * r] };
-    for (int c = 0; c < nch; c++) {
-        int64_t n = chunk_len(g, len, c);
-        for (int i = 0; i < 2; i++)
-            if (c == mine[i]) { seg[i].start = pos; seg[i].len = n; }
-        pos += n;
-    }
-}
-
-static int64_t clamp64(int64_t x, int64_t lo, int64_t hi)
-{
-    return x < lo ? lo : x > hi ? hi : x;
-}
-
-int ring_calls(const ring_geom *g, int qr, int kr, ring_call calls[RING_MAX_CALLS])
-{
-    ring_seg qs[2], ks[2];
-    rank_segs(g, g->qlen, qr, qs);
-    rank_segs(g, g->kvlen, kr, ks);
-    int n = 0;
-    for (int a = 0; a < 2; a++)
-        for (int b = 0; b < 2; b++) {
-            int64_t nq = qs[a].len, nk = ks[b].len;
-            if (nq == 0 || nk == 0) continue;
-            if (!g->causal) {
-                calls[n++] = (ring_call){ qs[a].row, nq, ks[b].row, nk, FA_CAUSAL_NONE };
-                continue;
-            }
-            /* Local row i sees local key j iff j <= i + D. */
-            int64_t D = qs[a].start + g->off - ks[b].start;
-            int64_t i_vis = clamp64(-D, 0, nq);           /* rows before see no key   */
-            int64_t i_full = clamp64(nk - 1 - D, 0, nq);  /* rows from here see all   */
-            if (i_vis < i_full)   /* bottom-right over keys [0, i_full + D): offset i_vis + D */
-                calls[n++] = (ring_call){ qs[a].row + i_vis, i_full - i_vis, ks[b].row,
-                                          i_full + D, FA_CAUSAL_BOTTOM_RIGHT };
-            if (i_full < nq)
-                calls[n++] = (ring_call){ qs[a].row + i_full, nq - i_full, ks[b].row, nk,
-                                          FA_CAUSAL_NONE };
-        }
-    return n;
-}
 
 /* ---- blocks in flight ------------------------------------------------------------------ */
 size_t ring_round64(size_t bytes) { return (bytes + 63) / 64 * 64; }

@@ -18,8 +18,10 @@ typedef struct {
     int R, rank;
     int64_t *qlen, *kvlen;        /* [R][2]: each rank's chunk lengths                    */
     int64_t Sq, Sk;               /* global lengths                                       */
-    int64_t off;                  /* causal: key j visible to query i iff j <= i + off    */
-    int causal;                   /* 0 or 1                                               */
+    int64_t off;                  /* query i sits at key position i + off (fa_causal)     */
+    int64_t wl, wr;               /* key j visible to query i iff i + off - wl <= j and
+                                     j <= i + off + wr; -1 unbounded (causal: wr = 0)     */
+    int alibi;                    /* ALiBi slopes given                                   */
     fa_ring_kind kind;
     int64_t B, H, Hkv, dqk, dv;
     fa_dtype dt;
@@ -27,24 +29,49 @@ typedef struct {
     int64_t max_nk;               /* longest k/v shard                                    */
 } ring_geom;
 
-/* One chunk of a shard: global start, length, first row in the shard. */
-typedef struct { int64_t start, len, row; } ring_seg;
+/* How a call carries ALiBi: not at all, as fa_forward's own (the call's alignment is the
+ * global one), or split (every key of the call on one side of each row's position: the
+ * bias -slope |i + kink - j| is -slope |j - jref| per key, passed as a bias tensor, plus
+ * -slope |i + kink - jref| per row, added to the call's lse). */
+enum { RING_ALIBI_NONE = 0, RING_ALIBI_EXACT, RING_ALIBI_SPLIT };
 
 /* One library call: query rows [q0, q0+nq) of this rank's shard against keys [k0, k0+nk)
- * of the block, with causal NONE or BOTTOM_RIGHT (local alignment). */
-typedef struct { int64_t q0, nq, k0, nk; fa_causal causal; } ring_call;
+ * of the block, with its own causal (NONE or BOTTOM_RIGHT) and window, which give the
+ * global mask on these rows and keys in the call's local alignment. */
+typedef struct {
+    int64_t q0, nq, k0, nk;
+    fa_causal causal;
+    int window;
+    int64_t left, right;
+    int alibi;
+    int64_t kink, jref;           /* RING_ALIBI_SPLIT: in the call's rows and keys         */
+} ring_call;
 
-#define RING_MAX_CALLS 8
+#define RING_MAX_CALLS 16
 
 /* The calls that cover query shard of rank qr against key block of rank kr (rows that see
  * no key of the block get no call). Returns the count. */
 int ring_calls(const ring_geom *g, int qr, int kr, ring_call calls[RING_MAX_CALLS]);
+/* Does any rank that the block of `owner` reaches after step t (ranks owner+t+1 ..
+ * owner+R-1) have a call on it? When not, the block is not sent on. */
+int ring_needed_after(const ring_geom *g, int owner, int t);
+
+/* The options of one call: base with the call's causal and window, and its ALiBi (the
+ * slopes, or a bias view of bias_buf [H][nk] filled here, with bias_view its tensor). */
+fa_options ring_call_options(const ring_geom *g, const ring_call *c, const fa_options *base,
+                             float *bias_buf, fa_tensor *bias_view);
+/* lse [B, H, c->nq] of a split-ALiBi call: sign = +1 turns the call's lse into the global
+ * one (forward), -1 the other way (the lse the backward passes to fa_backward). */
+void ring_call_shift_lse(const ring_geom *g, const ring_call *c, const float *slopes,
+                         float *lse, int sign);
 
 /* The arguments every rank passes, exchanged to check that they agree. */
 typedef struct {
     int64_t B, H, Hkv, dqk, dv, dt, kind, layout_null;
     int64_t qlen[2], kvlen[2];
     int64_t causal, sinks, deterministic, dsinks_null;
+    int64_t window, wl, wr, alibi;
+    int64_t staged;               /* a CUDA context (its calls take one more agreement)    */
     uint32_t scale_bits, softcap_bits;
 } ring_args;
 
@@ -76,10 +103,9 @@ void      ring_check_common(fa_context *ctx, ring_status *s, const char *fn,
                             const fa_tensor *q, const fa_tensor *k, const fa_tensor *v,
                             const fa_ring_layout *layout, const fa_options *opt,
                             ring_args *a);
-/* Options (and contexts) the ring does not serve: FA_ERR_UNSUPPORTED. Called after the
-   library validated the options, so that a wrong value is still INVALID_ARG. */
-void      ring_check_unsupported(fa_context *ctx, ring_status *s, const char *fn,
-                                 const fa_options *opt);
+/* Options the ring does not serve: FA_ERR_UNSUPPORTED. Called after the library
+   validated the options, so that a wrong value is still INVALID_ARG. */
+void      ring_check_unsupported(ring_status *s, const char *fn, const fa_options *opt);
 
 /* Blocks in flight: a K/V block is k [B, nk, Hkv, dqk] then v [B, nk, Hkv, dv], packed
  * contiguous in the input dtype. Message sizes are counted in 64-byte units. */

@@ -8,11 +8,14 @@ each block with fa_backward from the saved global lse and output; dq stays on it
 each block's dK/dV accumulator (fp32) travels behind the block's K/V, so that after R steps
 it arrives back at its owner.
 
-The block geometry mirrors the C ring library (ring/ring_common.c, ring_calls): a block
-wholly in the future of a query segment is skipped, one wholly in its past runs unmasked,
-and a block on the diagonal runs as one bottom-right causal call over the keys that its
-rows can see plus one unmasked call for the rows that see the whole block.
+The block geometry mirrors the C ring library (ring/ring_calls.c, ring_calls): each
+(query chunk, key chunk) pair is one call whose window bounds are the global mask's lines
+shifted into the call's own bottom-right alignment, over the keys its rows see (blocks no
+row sees are skipped). With ALiBi the rows whose position falls among the block's keys run
+aligned with the global sequence; the others see keys on one side only, and their bias
+splits into a per-key bias tensor and a per-row shift of the call's lse.
 """
+import collections
 import ctypes
 
 import torch
@@ -20,7 +23,7 @@ import torch.distributed as dist
 
 from . import _impl
 from . import _lib as L
-from ._arrays import scale_arg
+from ._arrays import scale_arg, window_arg
 from ._torch_adapter import TORCH
 
 _TAG_KV, _TAG_DKV = 100, 200
@@ -34,12 +37,16 @@ class _Geometry:
     """The global layout: lens[r] = (q chunk 0, q chunk 1, kv chunk 0, kv chunk 1) of rank r
     (chunk 1 is empty for the contiguous layout)."""
 
-    def __init__(self, lens, rank, zigzag, causal):
+    def __init__(self, lens, rank, zigzag, causal, window=(-1, -1), alibi=False):
         self.lens, self.rank, self.zigzag, self.R = lens, rank, zigzag, len(lens)
         self.Sq = sum(x[0] + x[1] for x in lens)
         self.Sk = sum(x[2] + x[3] for x in lens)
         self.causal = causal
         self.off = self.Sk - self.Sq   # flash-attn's bottom-right alignment, global
+        bound = lambda x: x if 0 <= x < 1 << 62 else -1   # noqa: E731
+        self.wl = bound(window[0])
+        self.wr = 0 if causal else bound(window[1])
+        self.alibi = alibi
 
     def nk(self, r):
         return self.lens[r][2] + self.lens[r][3]
@@ -64,24 +71,61 @@ class _Geometry:
         return seg
 
     def calls(self, kr):
-        """The fa_forward/fa_backward calls of this rank's queries against rank kr's block:
-        [(q row, rows, k row, keys, causal)], causal bottom-right within the call."""
+        """The fa_forward/fa_backward calls of this rank's queries against rank kr's block
+        (_Call tuples: rows, keys, the call's own causal flag, window and ALiBi form)."""
         out = []
         for qs, qn, qrow in self.segments(self.rank, 0):
             for ks, kn, krow in self.segments(kr, 2):
-                if qn == 0 or kn == 0:
-                    continue
-                if not self.causal:
-                    out.append((qrow, qn, krow, kn, False))
-                    continue
-                D = qs + self.off - ks   # local row i sees local key j iff j <= i + D
-                i_vis = min(max(-D, 0), qn)          # rows before see no key
-                i_full = min(max(kn - 1 - D, 0), qn)  # rows from here see every key
-                if i_vis < i_full:
-                    out.append((qrow + i_vis, i_full - i_vis, krow, i_full + D, True))
-                if i_full < qn:
-                    out.append((qrow + i_full, qn - i_full, krow, kn, False))
+                if qn and kn:
+                    self._pair(out, qrow, krow, qs + self.off - ks, qn, kn)
         return out
+
+    def _pair(self, out, qrow, krow, D, qn, kn):
+        """Row i of the query chunk sits at key i + D of the key chunk."""
+        wl, wr = self.wl, self.wr
+        ia = 0 if wr < 0 else min(max(-D - wr, 0), qn)   # rows that see some key
+        ib = qn if wl < 0 else min(max(kn - D + wl, 0), qn)
+        if ia >= ib:
+            return
+        emit = lambda *a: self._emit(out, qrow, krow, D, *a)   # noqa: E731
+        if not self.alibi:
+            emit(ia, ib, 0, kn, _NO_ALIBI)
+            return
+        s0, s1 = min(max(-D, ia), ib), min(max(kn - D, ia), ib)
+        emit(ia, s0, 0, kn, _SPLIT)             # every key ahead of the row
+        emit(s0, s1, 0, s1 + D, _EXACT)         # the row's position among the keys
+        emit(s0, s1, s1 + D, kn, _SPLIT)        # the keys ahead of those rows
+        emit(s1, ib, 0, kn, _SPLIT)             # every key behind the row
+
+    def _emit(self, out, qrow, krow, D, r0, r1, kmin, kmax, alibi):
+        wl, wr = self.wl, self.wr
+        if wl >= 0:
+            r1 = min(r1, kmax - D + wl)
+        if wr >= 0:
+            r0 = max(r0, kmin - D - wr)
+        if r0 >= r1 or kmin >= kmax:
+            return
+        klo = kmin if wl < 0 else max(kmin, r0 + D - wl)
+        khi = kmax if wr < 0 else min(kmax, r1 + D + wr)
+        if klo >= khi:
+            return
+        m, n = r1 - r0, khi - klo
+        Dc, off = khi - r1, n - m
+        lc = -1 if wl < 0 else Dc - D + wl
+        rc = -1 if wr < 0 else D + wr - Dc
+        left = lc >= 0 and m - 1 + off - lc > 0
+        right = rc >= 0 and off + rc < n - 1
+        causal = right and rc == 0
+        win = (lc if left else -1, -1 if causal or not right else rc)
+        if causal and left:
+            win = (lc, 0)
+        kink = r0 + D - klo if alibi == _SPLIT else 0
+        jref = (n - 1 if khi - 1 <= r0 + D else 0) if alibi == _SPLIT else 0
+        out.append(_Call(qrow + r0, m, krow + klo, n, causal, win, alibi, kink, jref))
+
+
+_NO_ALIBI, _EXACT, _SPLIT = 0, 1, 2
+_Call = collections.namedtuple("_Call", "q0 n k0 nk causal window alibi kink jref")
 
 
 def _split(n, zigzag):
@@ -158,8 +202,8 @@ def _probe(cfg, q, k, v):
     lse = torch.zeros((B, H, 1), dtype=f32, device=q.device)
     name = ctypes.c_char_p()
     try:
-        for causal in (False, True) if cfg.causal else (False,):
-            opt = _params(cfg, causal).options(TORCH)
+        for c in _probe_calls(cfg):
+            opt = _params(cfg, c).options(TORCH)
             TORCH.call(q, L.lib.fa_query, ctypes.byref(name), o1, lse.data_ptr(), q1, k1, v1,
                        opt)
             if cfg.need_grad:
@@ -168,6 +212,18 @@ def _probe(cfg, q, k, v):
     except L.FlashAttnError as e:
         return (e.status, str(e))
     return 0
+
+
+def _probe_calls(cfg):
+    """One-row stand-ins of the kinds of calls the ring makes with these settings."""
+    calls = [None]
+    if cfg.causal:
+        calls.append(_Call(0, 1, 0, 1, True, (-1, 0), _NO_ALIBI, 0, 0))
+    if cfg.window != (-1, -1):
+        calls.append(_Call(0, 1, 0, 1, False, (1, 1), _NO_ALIBI, 0, 0))
+    if cfg.slopes is not None:
+        calls += [_Call(0, 1, 0, 1, False, (-1, -1), a, 0, 0) for a in (_EXACT, _SPLIT)]
+    return calls
 
 
 def _query_backward():
@@ -186,7 +242,8 @@ def _bits(x):
 
 
 _AGREE = ["batch", "heads", "kv heads", "head_dim", "v head_dim", "dtype", "causal",
-          "sinks (None or not)", "layout", "softmax_scale", "softcap"]
+          "sinks (None or not)", "layout", "softmax_scale", "softcap", "window_size[0]",
+          "window_size[1]", "alibi_slopes (None or not)"]
 
 
 def _gather_setup(cfg, ring, q, k, v, sinks):
@@ -197,7 +254,8 @@ def _gather_setup(cfg, ring, q, k, v, sinks):
     meta = [*_split(q.shape[1], zig), *_split(k.shape[1], zig), q.shape[0], q.shape[2],
             k.shape[2], q.shape[3], v.shape[3], _DTYPES.get(q.dtype, -1), int(cfg.causal),
             int(sinks is not None), _LAYOUTS[cfg.layout], _bits(cfg.scale or 0.0),
-            _bits(cfg.softcap), verdict[0] if verdict else 0]
+            _bits(cfg.softcap), cfg.window[0], cfg.window[1], int(cfg.slopes is not None),
+            verdict[0] if verdict else 0]
     mine = torch.tensor(meta, dtype=torch.int64, device=ring.comm)
     table = [torch.empty_like(mine) for _ in range(ring.R)]
     dist.all_gather(table, mine, group=ring.group)
@@ -214,14 +272,34 @@ def _gather_setup(cfg, ring, q, k, v, sinks):
             raise L._ERRORS.get(table[r][-1], L.InternalError)(
                 "flashattn: ring_attention: rank %d's library refuses its block calls "
                 "(its own error says why)" % r)
-    return _Geometry([tuple(t[:4]) for t in table], ring.rank, zig, bool(cfg.causal))
+    return _Geometry([tuple(t[:4]) for t in table], ring.rank, zig, bool(cfg.causal),
+                     cfg.window, cfg.slopes is not None)
 
 
 # ---- one block: the C calls with fp32 results ----------------------------------------------
 
-def _params(cfg, causal):
-    return _impl.Params(cfg.scale, L.CAUSAL_BOTTOM_RIGHT if causal else L.CAUSAL_NONE,
-                        softcap=cfg.softcap, deterministic=cfg.deterministic)
+def _params(cfg, c=None):
+    """The options of call c (None: a plain, unmasked call)."""
+    causal = c is not None and c.causal
+    p = _impl.Params(cfg.scale, L.CAUSAL_BOTTOM_RIGHT if causal else L.CAUSAL_NONE,
+                     softcap=cfg.softcap, deterministic=cfg.deterministic)
+    if c is not None:
+        p.window_left, p.window_right = c.window
+        if c.alibi == _EXACT:
+            p.alibi = cfg.slopes
+        elif c.alibi == _SPLIT:   # -slope |j - jref| per key, the same for every row
+            j = torch.arange(c.nk, device=cfg.slopes.device, dtype=torch.float32)
+            b = -cfg.slopes.view(-1, 1) * (j - c.jref).abs()
+            p.bias = b.view(1, 1, -1, c.nk).expand(1, c.n, -1, c.nk)
+    return p
+
+
+def _lse_shift(cfg, c, like):
+    """What a split-ALiBi call's lse lacks: -slope |i + kink - jref| [1, H, n] (0 else)."""
+    if c.alibi != _SPLIT:
+        return 0.0
+    i = torch.arange(c.n, device=like.device, dtype=torch.float32)
+    return (-cfg.slopes.view(-1, 1) * (i + (c.kink - c.jref)).abs()).unsqueeze(0)
 
 
 def _block_forward(q, k, v, p):
@@ -277,10 +355,11 @@ def _ring_forward(cfg, ring, g, q, k, v, sinks):
         pend = None
         if t < ring.R - 1:   # the next block is on its way while this one is computed
             pend = ring.exchange([kb, vb], _kv_shapes(g, k, v, (owner - 1) % ring.R), _TAG_KV)
-        for q0, n, k0, nk, causal in g.calls(owner):
+        for c in g.calls(owner):
+            q0, n, k0, nk = c.q0, c.n, c.k0, c.nk
             part, plse = _block_forward(q[:, q0:q0 + n], kb[:, k0:k0 + nk], vb[:, k0:k0 + nk],
-                                        _params(cfg, causal))
-            _merge(acc, acc_lse, part, plse, q0, n)
+                                        _params(cfg, c))
+            _merge(acc, acc_lse, part, plse + _lse_shift(cfg, c, plse), q0, n)
         if pend is not None:
             kb, vb = pend.wait()
     if sinks is not None and nq:   # the sink: one more partial, no value rows
@@ -313,10 +392,12 @@ def _ring_backward(cfg, ring, g, dout, q, k, v, out, lse, sinks):
             kv_pend = ring.exchange([kb, vb], _kv_shapes(g, k, v, incoming), _TAG_KV)
         pk = torch.zeros(kb.shape, dtype=f32, device=q.device)
         pv = torch.zeros(vb.shape, dtype=f32, device=q.device)
-        for q0, n, k0, nk, causal in g.calls(owner):
+        for c in g.calls(owner):
+            q0, n, k0, nk = c.q0, c.n, c.k0, c.nk
+            clse = lse[:, :, q0:q0 + n] - _lse_shift(cfg, c, lse)
             dqc, dkc, dvc = _block_backward(
                 dout[:, q0:q0 + n], q[:, q0:q0 + n], kb[:, k0:k0 + nk], vb[:, k0:k0 + nk],
-                out[:, q0:q0 + n], lse[:, :, q0:q0 + n], _params(cfg, causal))
+                out[:, q0:q0 + n], clse, _params(cfg, c))
             dq[:, q0:q0 + n] += dqc
             pk[:, k0:k0 + nk] += dkc
             pv[:, k0:k0 + nk] += dvc
@@ -340,11 +421,12 @@ def _ring_backward(cfg, ring, g, dout, q, k, v, out, lse, sinks):
 
 class _Config:
     __slots__ = ("group", "layout", "causal", "scale", "softcap", "deterministic",
-                 "need_grad")
+                 "need_grad", "window", "slopes")
 
-    def __init__(self, group, layout, causal, scale, softcap, deterministic):
+    def __init__(self, group, layout, causal, scale, softcap, deterministic, window, slopes):
         self.group, self.layout, self.causal = group, layout, causal
         self.scale, self.softcap, self.deterministic = scale, softcap, deterministic
+        self.window, self.slopes = window, slopes
         self.need_grad = False
 
 
@@ -384,13 +466,14 @@ def ring_attention(q, k, v, group=None, causal=False, softmax_scale=None, layout
     the ranks. Returns out [B, Sq_local, H, d_v] (and lse [B, H, Sq_local] with return_lse),
     differentiable in q, k, v and sinks. Every rank of the group must call it with the same
     settings (checked: ValueError on every rank); a call the library refuses on one rank
-    raises on every rank. Windows, ALiBi and dropout raise
-    NotImplementedError (a block's global offset is not one of the kernels' alignments;
-    dropout's keep-mask is keyed by positions within one call)."""
-    if tuple(window_size) != (-1, -1):
-        raise NotImplementedError("flashattn: ring_attention does not support windows")
-    if alibi_slopes is not None:
-        raise NotImplementedError("flashattn: ring_attention does not support ALiBi")
+    raises on every rank. window_size (left, right) and alibi_slopes (fp32 [H]) apply at
+    global positions, as flash_attn_func over the whole sequence; no gradient flows into
+    the slopes. Dropout raises NotImplementedError (its keep-mask is keyed by positions
+    within one call, which no option shifts to global positions)."""
+    window = window_arg(window_size)
+    if window[0] < -1 or window[1] < -1:
+        raise ValueError("flashattn: ring_attention's window_size entries must be -1 or >= 0, "
+                         "got %r" % (window_size,))
     if dropout_p:
         raise NotImplementedError("flashattn: ring_attention does not support dropout")
     if layout not in _LAYOUTS:
@@ -403,8 +486,15 @@ def ring_attention(q, k, v, group=None, causal=False, softmax_scale=None, layout
     if sinks is not None and (sinks.dtype != torch.float32 or sinks.shape != (q.shape[2],)):
         raise ValueError("flashattn: sinks must be fp32 [heads] (%d), got %s %s"
                          % (q.shape[2], sinks.dtype, tuple(sinks.shape)))
+    if alibi_slopes is not None:
+        alibi_slopes = torch.as_tensor(alibi_slopes)
+        if alibi_slopes.dtype != torch.float32 or tuple(alibi_slopes.shape) != (q.shape[2],):
+            raise ValueError("flashattn: alibi_slopes must be fp32 [heads] (%d), got %s %s"
+                             % (q.shape[2], alibi_slopes.dtype, tuple(alibi_slopes.shape)))
+        alibi_slopes = alibi_slopes.detach().to(q.device).contiguous()
     scale = None if softmax_scale is None else scale_arg(softmax_scale)
-    cfg = _Config(group, layout, bool(causal), scale, float(softcap), bool(deterministic))
+    cfg = _Config(group, layout, bool(causal), scale, float(softcap), bool(deterministic),
+                  window, alibi_slopes)
     cfg.need_grad = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (q, k, v, sinks))
     out, lse = _RingAttention.apply(q, k, v, sinks, cfg)

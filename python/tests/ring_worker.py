@@ -31,11 +31,12 @@ import refimpl as R  # noqa: E402
 
 def case(name, worlds, qlens, kvlens=None, layout="contiguous", causal=False, H=4, Hkv=2,
          D=16, Dv=None, sinks=False, dtype=torch.float32, softcap=0.0, B=2, scale=None,
-         deterministic=False):
+         deterministic=False, window=(-1, -1), alibi=False):
     """qlens[w] / kvlens[w]: the local shard lengths of each rank at world size w."""
     return dict(name=name, worlds=worlds, qlens=qlens, kvlens=kvlens or qlens, layout=layout,
                 causal=causal, H=H, Hkv=Hkv, D=D, Dv=Dv or D, sinks=sinks, dtype=dtype,
-                softcap=softcap, B=B, scale=scale, deterministic=deterministic)
+                softcap=softcap, B=B, scale=scale, deterministic=deterministic,
+                window=window, alibi=alibi)
 
 
 EVEN = {2: [12, 12], 3: [8, 8, 8], 4: [6, 6, 6, 6]}
@@ -60,6 +61,15 @@ CASES = [
     case("bf16-softcap-dv", (2,), UNEVEN, layout="zigzag", causal=True, dtype=torch.bfloat16,
          softcap=5.0, D=32, Dv=16),
     case("fp16-mha", (4,), UNEVEN, causal=True, dtype=torch.float16, H=2, Hkv=2),
+    case("causal-window", (2, 3, 4), UNEVEN, causal=True, window=(5, 0)),
+    case("zigzag-window-sym", (2, 4), EMPTY, layout="zigzag", window=(3, 4), sinks=True),
+    case("window-right-more-keys", (3,), UNEVEN, kvlens={3: [6, 9, 4]}, window=(-1, 2)),
+    case("causal-alibi-zigzag", (2, 3, 4), UNEVEN, layout="zigzag", causal=True, alibi=True),
+    case("alibi-noncausal-empty", (2, 4), EMPTY, alibi=True, sinks=True),
+    case("alibi-window-bf16", (3,), UNEVEN, kvlens={3: [4, 12, 7]}, causal=True,
+         window=(6, 0), alibi=True, dtype=torch.bfloat16, D=32),
+    case("alibi-window-sym-deterministic", (4,), UNEVEN, layout="zigzag", window=(4, 7),
+         alibi=True, deterministic=True),
 ]
 
 
@@ -101,11 +111,14 @@ def run_case(c, world, rank, device):
     v = torch.randn(B, Sk, Hkv, Dv, dtype=torch.float64).to(dt)
     dout = torch.randn(B, Sq, H, Dv, dtype=torch.float64).to(dt)
     sk = torch.randn(H).float() if c["sinks"] else None
+    slopes = (0.2 + 0.4 * torch.rand(H)).float() if c["alibi"] else None
     pq, pk = positions(qlens, c["layout"])[rank], positions(kvlens, c["layout"])[rank]
     ql, kl, vl = (x[:, p].clone().to(device).requires_grad_() for x, p in
                   ((q, pq), (k, pk), (v, pk)))
     sl = None if sk is None else sk.clone().to(device).requires_grad_()
-    kw = dict(causal=c["causal"], softcap=c["softcap"], softmax_scale=c["scale"])
+    kw = dict(causal=c["causal"], softcap=c["softcap"], softmax_scale=c["scale"],
+              window_size=c["window"],
+              alibi_slopes=None if slopes is None else slopes.to(device))
     out, lse = flashattn.ring_attention(ql, kl, vl, layout=c["layout"], sinks=sl,
                                         deterministic=c["deterministic"], return_lse=True,
                                         **kw)
@@ -133,6 +146,7 @@ def run_case(c, world, rank, device):
         assert m["ds"] is None or torch.equal(m["ds"], every[0]["ds"]), "dsinks differ"
     inputs = [x.clone().requires_grad_() for x in (q, k, v)] + \
         ([sk.clone().requires_grad_()] if sk is not None else [])
+    kw["alibi_slopes"] = slopes
     single, slse, _ = flashattn.flash_attn_func(*inputs[:3], return_attn_probs=True,
                                                 sinks=inputs[3] if sk is not None else None,
                                                 **kw)
@@ -142,7 +156,8 @@ def run_case(c, world, rank, device):
         lv = [x.detach().to(compute).requires_grad_() for x in inputs]
         o, l = R.attention(*lv[:3], sinks=lv[3] if sk is not None else None,
                            causal="br" if c["causal"] else None, softcap=c["softcap"],
-                           scale=c["scale"], compute=compute, store=store)
+                           scale=c["scale"], window=c["window"], alibi=slopes,
+                           compute=compute, store=store)
         return (o.detach(),) + torch.autograd.grad(o, lv, dout.to(compute)) + (l.detach(),)
 
     oracle = ref(torch.float64, None)
@@ -158,12 +173,17 @@ def run_case(c, world, rank, device):
 def run_mismatch(world, rank, device):
     """Settings that differ between ranks: ValueError on every rank, nothing hangs."""
     q = torch.randn(1, 4, 2, 8, device=device)
-    try:
-        flashattn.ring_attention(q, q, q, causal=rank == world - 1)
-    except ValueError as e:
-        assert "causal" in str(e), str(e)
-        return
-    raise AssertionError("no ValueError for a causal flag that differs between ranks")
+    last = rank == world - 1
+    differ = [("causal", dict(causal=last)),
+              ("window_size[0]", dict(window_size=(3 if last else 2, 0))),
+              ("alibi_slopes", dict(alibi_slopes=None if last else torch.ones(2)))]
+    for what, kw in differ:
+        try:
+            flashattn.ring_attention(q, q, q, **kw)
+        except ValueError as e:
+            assert what in str(e), str(e)
+            continue
+        raise AssertionError("no ValueError for a %s that differs between ranks" % what)
 
 
 def run_refused(world, rank, device):

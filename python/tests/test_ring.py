@@ -89,12 +89,10 @@ def test_ring_matches_single_process(backend, device, world, name):
     assert res[name] == "ok", res[name]
 
 
-@pytest.mark.parametrize("kw", [dict(window_size=(4, 0)), dict(alibi_slopes=torch.ones(2)),
-                                dict(dropout_p=0.1)])
-def test_ring_refuses_what_the_ring_cannot_serve(kw):
+def test_ring_refuses_what_the_ring_cannot_serve():
     q = torch.randn(1, 4, 2, 8)
-    with pytest.raises(NotImplementedError):
-        flashattn.ring_attention(q, q, q, **kw)
+    with pytest.raises(NotImplementedError, match="dropout"):
+        flashattn.ring_attention(q, q, q, dropout_p=0.1)
 
 
 def test_ring_rejects_bad_arguments():
@@ -105,3 +103,7 @@ def test_ring_rejects_bad_arguments():
         flashattn.ring_attention(q[0], q, q)
     with pytest.raises(ValueError, match="sinks"):
         flashattn.ring_attention(q, q, q, sinks=torch.zeros(3))
+    with pytest.raises(ValueError, match="alibi_slopes"):
+        flashattn.ring_attention(q, q, q, alibi_slopes=torch.ones(3))
+    with pytest.raises(ValueError, match="window_size"):
+        flashattn.ring_attention(q, q, q, window_size=(-2, 0))

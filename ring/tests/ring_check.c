@@ -84,6 +84,10 @@ static void oracle(rc_problem *p)
         s.causal = c->causal;
         s.softcap = c->softcap;
         s.sinks = p->sinksd;
+        s.window = c->window;
+        s.wl = c->wl;
+        s.wr = c->wr;
+        s.alibi = p->slopesd;
         s.drop_b = b;
         int64_t qo = b * p->Sq * c->H, ko = b * p->Sk * c->Hkv;
         or_forward(&s, p->qd + qo * c->dqk, p->kd + ko * c->dqk, p->vd + ko * c->dv,
@@ -101,39 +105,80 @@ static double *to_double(const void *buf, fa_dtype dt, int64_t n)
     return d;
 }
 
-/* One fa_forward + fa_backward over the whole sequence. */
+/* Where single() puts a buffer: host memory, or (dev) a device copy of it. */
+typedef struct { int dev, n; void *mem[12]; } placer;
+
+static void *place(placer *pl, void *host, size_t bytes)
+{
+    if (!pl->dev) return host;
+    void *d = rc_dev_put(host, bytes);
+    pl->mem[pl->n++] = d;
+    return d;
+}
+
+/* One fa_forward + fa_backward over the whole sequence (on a CUDA context, on device
+   copies). */
 static int single(rc_problem *p, fa_context *ctx, char *msg, size_t len)
 {
     const rc_case *c = &p->c;
-    size_t oe = fa_dtype_size(c->odt);
+    size_t oe = fa_dtype_size(c->odt), e = fa_dtype_size(c->dt);
     int64_t nout = c->B * p->Sq * c->H * c->dv, ndq = c->B * p->Sq * c->H * c->dqk;
     int64_t ndk = c->B * p->Sk * c->Hkv * c->dqk, ndv = c->B * p->Sk * c->Hkv * c->dv;
-    void *out = malloc(oe * (size_t)nout + 1), *dq = malloc(oe * (size_t)ndq + 1);
-    void *dk = malloc(oe * (size_t)ndk + 1), *dv = malloc(oe * (size_t)ndv + 1);
-    float *lse = malloc(sizeof(float) * (size_t)(c->B * c->H * p->Sq) + 1);
+    int64_t nl = c->B * c->H * p->Sq;
+    void *out = calloc(1, oe * (size_t)nout + 1), *dq = calloc(1, oe * (size_t)ndq + 1);
+    void *dk = calloc(1, oe * (size_t)ndk + 1), *dv = calloc(1, oe * (size_t)ndv + 1);
+    float *lse = calloc(1, sizeof(float) * (size_t)nl + 1);
     float ds[64] = { 0 };
-    fa_tensor to = fa_tensor_contiguous(out, c->odt, c->B, p->Sq, c->H, c->dv);
-    fa_tensor tq = fa_tensor_contiguous(p->q, c->dt, c->B, p->Sq, c->H, c->dqk);
-    fa_tensor tk = fa_tensor_contiguous(p->k, c->dt, c->B, p->Sk, c->Hkv, c->dqk);
-    fa_tensor tv = fa_tensor_contiguous(p->v, c->dt, c->B, p->Sk, c->Hkv, c->dv);
-    fa_tensor tdo = fa_tensor_contiguous(p->dout, c->dt, c->B, p->Sq, c->H, c->dv);
-    fa_tensor tdq = fa_tensor_contiguous(dq, c->odt, c->B, p->Sq, c->H, c->dqk);
-    fa_tensor tdk = fa_tensor_contiguous(dk, c->odt, c->B, p->Sk, c->Hkv, c->dqk);
-    fa_tensor tdv = fa_tensor_contiguous(dv, c->odt, c->B, p->Sk, c->Hkv, c->dv);
+    placer pl = { fa_context_backend(ctx) == FA_BACKEND_CUDA, 0, { 0 } };
+    if (pl.dev && rc_dev_load(msg, len) != 0) {
+        free(out); free(dq); free(dk); free(dv); free(lse);
+        return -1;
+    }
+    void *mem[2] = { NULL, NULL };
+    fa_options o = pl.dev ? rc_dev_options(&p->opt, c->H, mem) : p->opt;
+    int64_t B = c->B, Sq = p->Sq, Sk = p->Sk, H = c->H, Hkv = c->Hkv;
+    fa_tensor to = fa_tensor_contiguous(place(&pl, out, oe * (size_t)nout), c->odt, B, Sq, H,
+                                        c->dv);
+    fa_tensor tq = fa_tensor_contiguous(place(&pl, p->q, e * (size_t)ndq), c->dt, B, Sq, H,
+                                        c->dqk);
+    fa_tensor tk = fa_tensor_contiguous(place(&pl, p->k, e * (size_t)ndk), c->dt, B, Sk, Hkv,
+                                        c->dqk);
+    fa_tensor tv = fa_tensor_contiguous(place(&pl, p->v, e * (size_t)ndv), c->dt, B, Sk, Hkv,
+                                        c->dv);
+    fa_tensor tdo = fa_tensor_contiguous(place(&pl, p->dout, e * (size_t)nout), c->dt, B, Sq,
+                                         H, c->dv);
+    fa_tensor tdq = fa_tensor_contiguous(place(&pl, dq, oe * (size_t)ndq), c->odt, B, Sq, H,
+                                         c->dqk);
+    fa_tensor tdk = fa_tensor_contiguous(place(&pl, dk, oe * (size_t)ndk), c->odt, B, Sk, Hkv,
+                                         c->dqk);
+    fa_tensor tdv = fa_tensor_contiguous(place(&pl, dv, oe * (size_t)ndv), c->odt, B, Sk, Hkv,
+                                         c->dv);
+    float *tl = place(&pl, lse, sizeof(float) * (size_t)nl);
+    float *tds = place(&pl, ds, sizeof ds);
     int rc = 0;
-    if (fa_forward(ctx, &to, lse, &tq, &tk, &tv, &p->opt) != FA_OK ||
-        fa_backward(ctx, &tdq, &tdk, &tdv, c->sinks ? ds : NULL, &tdo, &tq, &tk, &tv, &to, lse,
-                    &p->opt) != FA_OK) {
+    if (fa_forward(ctx, &to, tl, &tq, &tk, &tv, &o) != FA_OK ||
+        fa_backward(ctx, &tdq, &tdk, &tdv, c->sinks ? tds : NULL, &tdo, &tq, &tk, &tv, &to, tl,
+                    &o) != FA_OK) {
         snprintf(msg, len, "single-process call failed: %s", fa_last_error(ctx));
         rc = -1;
-    } else {
+    } else if (pl.dev && (rc_dev_get(out, to.data, oe * (size_t)nout) || rc_dev_get(lse, tl,
+               sizeof(float) * (size_t)nl) || rc_dev_get(dq, tdq.data, oe * (size_t)ndq) ||
+               rc_dev_get(dk, tdk.data, oe * (size_t)ndk) || rc_dev_get(dv, tdv.data,
+               oe * (size_t)ndv) || rc_dev_get(ds, tds, sizeof ds))) {
+        snprintf(msg, len, "copying the single-process results from the device failed");
+        rc = -1;
+    }
+    if (rc == 0) {
         p->s_out = to_double(out, c->odt, nout);
-        p->s_lse = to_double(lse, FA_F32, c->B * c->H * p->Sq);
+        p->s_lse = to_double(lse, FA_F32, nl);
         p->s_dq = to_double(dq, c->odt, ndq);
         p->s_dk = to_double(dk, c->odt, ndk);
         p->s_dv = to_double(dv, c->odt, ndv);
         p->s_ds = to_double(ds, FA_F32, c->H);
     }
+    for (int i = 0; i < pl.n; i++) rc_dev_free(pl.mem[i]);
+    rc_dev_free(mem[0]);
+    rc_dev_free(mem[1]);
     free(out); free(dq); free(dk); free(dv); free(lse);
     return rc;
 }
@@ -172,8 +217,18 @@ int rc_build(rc_problem *p, const rc_case *c, int R, int rank, fa_context *ctx, 
         p->sinksd = malloc(sizeof(double) * (size_t)c->H);
         for (int64_t h = 0; h < c->H; h++) p->sinksd[h] = p->sinks[h] = (float)(2.0 * rnd_unif(&s));
     }
+    if (c->alibi) {
+        p->slopes = malloc(sizeof(float) * (size_t)c->H);
+        p->slopesd = malloc(sizeof(double) * (size_t)c->H);
+        for (int64_t h = 0; h < c->H; h++)
+            p->slopesd[h] = p->slopes[h] = (float)(0.35 + 0.3 * rnd_unif(&s));
+    }
     p->opt = (fa_options){ 0 };
     p->opt.causal = c->causal;
+    p->opt.window = c->window;
+    p->opt.window_left = c->wl;
+    p->opt.window_right = c->wr;
+    p->opt.alibi_slopes = p->slopes;
     p->opt.softcap = c->softcap;
     p->opt.sinks = p->sinks;
     p->opt.deterministic = c->deterministic;
@@ -191,10 +246,42 @@ int rc_build(rc_problem *p, const rc_case *c, int R, int rank, fa_context *ctx, 
     return single(p, ctx, msg, len);
 }
 
+/* Does some query of rank x see some key of rank o (the oracle's mask)? */
+static int rank_needs(const rc_problem *p, const or_seq *s, int x, int o)
+{
+    int64_t nx, no;
+    int64_t *qp = positions(&p->c, p->R, x, p->qlen, &nx);
+    int64_t *kp = positions(&p->c, p->R, o, p->kvlen, &no);
+    int need = 0;
+    for (int64_t i = 0; i < nx && !need; i++)
+        for (int64_t j = 0; j < no && !need; j++) need = or_visible(s, qp[i], kp[j]);
+    free(qp);
+    free(kp);
+    return need;
+}
+
+int64_t rc_expected_kv_bytes(const rc_problem *p)
+{
+    const rc_case *c = &p->c;
+    or_seq s = { 0 };
+    s.sq = p->Sq; s.sk = p->Sk; s.causal = c->causal;
+    s.window = c->window; s.wl = c->wl; s.wr = c->wr;
+    int R = p->R;
+    int64_t bytes = 0;
+    for (int t = 0; t < R - 1; t++) {
+        int o = (p->rank + R - t) % R, later = 0;
+        for (int u = t + 1; u < R && !later; u++) later = rank_needs(p, &s, (o + u) % R, o);
+        int64_t nk = p->kvlen[o][0] + p->kvlen[o][1];
+        int64_t b = c->B * nk * c->Hkv * (c->dqk + c->dv) * (int64_t)fa_dtype_size(c->dt);
+        if (later) bytes += (b + 63) / 64 * 64;
+    }
+    return bytes;
+}
+
 void rc_free(rc_problem *p)
 {
     void *all[] = { p->qlen, p->kvlen, p->qpos, p->kvpos, p->q, p->k, p->v, p->dout, p->qd,
-                    p->kd, p->vd, p->doutd, p->sinks, p->sinksd, p->o_out, p->o_lse, p->o_dq,
+                    p->kd, p->vd, p->doutd, p->sinks, p->sinksd, p->slopes, p->slopesd, p->o_out, p->o_lse, p->o_dq,
                     p->o_dk, p->o_dv, p->o_ds, p->s_out, p->s_lse, p->s_dq, p->s_dk, p->s_dv,
                     p->s_ds, p->lq, p->lk, p->lv, p->ldout };
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
@@ -278,6 +365,7 @@ typedef struct {
     int64_t n_all;               /* their element count                                   */
     double factor, ulps, ref_mag;
     fa_dtype in_dt, odt;
+    double extra;                /* added to the bound (dsinks: what out's bound moves)    */
 } cmp_spec;
 
 static int compare(const rc_problem *p, const cmp_spec *c, const double *ours,
@@ -285,7 +373,7 @@ static int compare(const rc_problem *p, const cmp_spec *c, const double *ours,
 {
     double nerr = max_diff(c->sgl, c->orc, c->n_all);
     double mag = c->ref_mag > 0 ? c->ref_mag : max_abs(c->orc, c->n_all);
-    double bound = c->factor * nerr + c->ulps * eps_of(c->odt) * mag + 0x1p-149;
+    double bound = c->factor * nerr + c->ulps * eps_of(c->odt) * mag + c->extra + 0x1p-149;
     double err = 0.0;
     int64_t worst = -1;
     for (int64_t i = 0; i < n; i++) {
@@ -349,7 +437,7 @@ int rc_check_forward(const rc_problem *p, const char *tag, const rc_buf *out, co
     const rc_case *c = &p->c;
     int f = 0;
     cmp_spec s = { tag, "out", p->o_out, p->s_out, c->B * p->Sq * c->H * c->dv, 2, 2, 0,
-                   c->dt, c->odt };
+                   c->dt, c->odt, 0 };
     f += check_rows(p, &s, out, p->Sq, c->H, c->dv, p->qpos, p->nq);
     /* lse [B, H, nq] against [B, H, Sq] */
     int64_t cnt = c->B * c->H * p->nq, m = 0;
@@ -360,7 +448,7 @@ int rc_check_forward(const rc_problem *p, const char *tag, const rc_buf *out, co
             idx[m] = bh * p->Sq + p->qpos[i];
             ours[m++] = lse[bh * p->nq + i];
         }
-    cmp_spec sl = { tag, "lse", p->o_lse, p->s_lse, c->B * c->H * p->Sq, 2, 2, 0, c->dt, FA_F32 };
+    cmp_spec sl = { tag, "lse", p->o_lse, p->s_lse, c->B * c->H * p->Sq, 2, 2, 0, c->dt, FA_F32, 0 };
     f += compare(p, &sl, ours, idx, cnt);
     free(idx);
     free(ours);
@@ -377,17 +465,35 @@ int rc_check_backward(const rc_problem *p, const char *tag, const rc_buf *dq, co
     if (m2 > mag) mag = m2;
     if (m3 > mag) mag = m3;
     int f = 0;
-    cmp_spec s = { tag, "dq", p->o_dq, p->s_dq, nq * c->dqk, 3, 8, mag, c->dt, c->odt };
+    cmp_spec s = { tag, "dq", p->o_dq, p->s_dq, nq * c->dqk, 3, 8, mag, c->dt, c->odt, 0 };
     f += check_rows(p, &s, dq, p->Sq, c->H, c->dqk, p->qpos, p->nq);
     s.name = "dk"; s.orc = p->o_dk; s.sgl = p->s_dk; s.n_all = nk * c->dqk;
     f += check_rows(p, &s, dk, p->Sk, c->Hkv, c->dqk, p->kvpos, p->nk);
     s.name = "dv"; s.orc = p->o_dv; s.sgl = p->s_dv; s.n_all = nk * c->dv;
     f += check_rows(p, &s, dv, p->Sk, c->Hkv, c->dv, p->kvpos, p->nk);
     if (dsinks) {
+        /* dsinks[h] = -sum_i exp(sinks[h] - lse_i) (dout_i . out_i), with the ring's own
+           out: it moves by as much as out's bound (2 x single + 2 ulps) and the single
+           process's out error allow, weighted by exp(sinks[h] - lse_i) |dout_i|_1. */
+        int64_t no = c->B * p->Sq * c->H * c->dv;
+        double eo = 3.0 * max_diff(p->s_out, p->o_out, no) +
+                    2.0 * eps_of(c->odt) * max_abs(p->o_out, no);
+        double extra = 0.0;
+        for (int64_t h = 0; h < c->H; h++) {
+            double sum = 0.0;
+            for (int64_t b = 0; b < c->B; b++)
+                for (int64_t i = 0; i < p->Sq; i++) {
+                    double l1 = 0.0;
+                    const double *d = p->doutd + ((b * p->Sq + i) * c->H + h) * c->dv;
+                    for (int64_t e = 0; e < c->dv; e++) l1 += fabs(d[e]);
+                    sum += exp(p->sinksd[h] - p->o_lse[(b * c->H + h) * p->Sq + i]) * l1;
+                }
+            if (sum * eo > extra) extra = sum * eo;
+        }
         double ours[64];
         int64_t idx[64];
         for (int64_t h = 0; h < c->H; h++) { ours[h] = dsinks[h]; idx[h] = h; }
-        cmp_spec sd = { tag, "dsinks", p->o_ds, p->s_ds, c->H, 3, 8, 0, c->dt, FA_F32 };
+        cmp_spec sd = { tag, "dsinks", p->o_ds, p->s_ds, c->H, 3, 8, 0, c->dt, FA_F32, extra };
         f += compare(p, &sd, ours, idx, c->H);
     }
     return f;

@@ -9,7 +9,9 @@
  * same backend (the suites check it against the oracle with the full rule), factor 2 for
  * out and lse and 3 for dq, dk, dv, dsinks, ref_mag max|oracle| of the tensor (of all
  * three gradients for dq, dk, dv) and, for fp32 inputs, also max|ring - oracle| <=
- * 1e-5 x ref_mag. Non-finite oracle values (masked rows' lse) must match exactly.
+ * 1e-5 x ref_mag. dsinks, formed from the ring's own out, also gets what out's bound lets
+ * it move (see rc_check_backward). Non-finite oracle values (masked rows' lse) must match
+ * exactly.
  */
 #ifndef FA_RING_CHECK_H
 #define FA_RING_CHECK_H
@@ -32,6 +34,9 @@ typedef struct {
     int deterministic;   /* also: the backward twice, bitwise equal                       */
     uint64_t seed;
     int padded;          /* the shards are strided views (padded heads and rows)           */
+    int window;          /* opt->window, with wl, wr (-1 unbounded) as left and right      */
+    int64_t wl, wr;
+    int alibi;           /* ALiBi slopes (every head its own)                              */
 } rc_case;
 
 /* The whole problem and each rank's rows of it. */
@@ -46,6 +51,8 @@ typedef struct {
     double *qd, *kd, *vd, *doutd;             /* the same values in double                */
     float *sinks;                             /* [H] or NULL                              */
     double *sinksd;
+    float *slopes;                            /* [H] or NULL                              */
+    double *slopesd;
     double *o_out, *o_lse, *o_dq, *o_dk, *o_dv, *o_ds;     /* oracle                     */
     double *s_out, *s_lse, *s_dq, *s_dk, *s_dv, *s_ds;     /* single process             */
     void *lq, *lk, *lv, *ldout;               /* this rank's shards, dtype dt             */
@@ -58,6 +65,9 @@ typedef struct {
 int  rc_build(rc_problem *p, const rc_case *c, int R, int rank, fa_context *ctx,
               char *msg, size_t len);
 void rc_free(rc_problem *p);
+/* The K/V bytes this rank's fa_ring_forward sends: a block goes on only while a rank
+   ahead of it sees one of its keys (64-byte units, as the ring's messages). */
+int64_t rc_expected_kv_bytes(const rc_problem *p);
 
 /* A view of a contiguous [B, S, H, d] shard: the shard itself, or (padded) a copy with
    padding after each head, each row and each batch entry; *mem gets what to free. */
@@ -77,5 +87,18 @@ double rc_get(const rc_buf *b, int64_t i);  /* element i of the contiguous view 
 int rc_check_forward(const rc_problem *p, const char *tag, const rc_buf *out, const float *lse);
 int rc_check_backward(const rc_problem *p, const char *tag, const rc_buf *dq, const rc_buf *dk,
                       const rc_buf *dv, const float *dsinks);
+
+/* A CUDA context's copies (rc_device.c): the runtime (0, or -1 with why), device copies
+   of host memory, of a view (its whole span, same strides), of an rc_buf (guards and
+   poison included; _back copies it home and frees it) and of options' sinks and slopes
+   (mem[2] to free). */
+int       rc_dev_load(char *msg, size_t len);
+void     *rc_dev_put(const void *host, size_t bytes);
+int       rc_dev_get(void *host, const void *dev, size_t bytes);
+void      rc_dev_free(void *dev);
+fa_tensor rc_dev_view(const fa_tensor *t, void **dmem);
+fa_tensor rc_dev_buf(const rc_buf *b, void **dmem);
+int       rc_dev_buf_back(rc_buf *b, void *dmem);
+fa_options rc_dev_options(const fa_options *o, int64_t H, void **mem);
 
 #endif
