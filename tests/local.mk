@@ -17,6 +17,14 @@ tests_oracle_liboracle_la_SOURCES = tests/oracle/oracle.h tests/oracle/models.h 
 	tests/oracle/models.c tests/oracle/problem.c tests/oracle/check.c tests/oracle/rule.c
 tests_oracle_liboracle_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests/oracle
 tests_oracle_liboracle_la_CFLAGS = $(AM_CFLAGS)
+# The same, as a module the Python tests load (python/tests/oracle.py; python/run-tests.sh
+# names it in FLASHATTN_ORACLE_LIB): built by make check, never installed.
+check_LTLIBRARIES += tests/oracle/liboracle_py.la
+tests_oracle_liboracle_py_la_SOURCES = tests/oracle/pyglue.c
+tests_oracle_liboracle_py_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests/oracle
+tests_oracle_liboracle_py_la_CFLAGS = $(AM_CFLAGS)
+tests_oracle_liboracle_py_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
+tests_oracle_liboracle_py_la_LIBADD = tests/oracle/liboracle.la $(OPENMP_CFLAGS) -lm
 
 if HAVE_CHECK
 TESTS_COMMON = tests/testutil.c tests/buffers.c tests/runner.c tests/testutil.h tests/cases.h
