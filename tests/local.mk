@@ -5,6 +5,9 @@
 # test_cuda's parts besides test_cuda.c (built on the GPU machine, bench/gpu/build-kit.sh)
 EXTRA_DIST += tests/cuda/cuda_test.h tests/cuda/cuda_util.c tests/cuda/cuda_dense.c \
 	tests/cuda/cuda_varlen.c
+# stress_cuda (built the same way): its parts
+EXTRA_DIST += tests/cuda/stress_cuda.h tests/cuda/stress_cuda.c tests/cuda/stress_cases.c \
+	tests/cuda/stress_check.c tests/cuda/stress_bad.c tests/cuda/stress_big.c
 # libFuzzer targets (not built by make; tests/fuzz/run.sh, docs/reliability.md)
 EXTRA_DIST += tests/fuzz/run.sh tests/fuzz/fuzz_args.c tests/fuzz/fuzz_diff.c tests/fuzz/corpus
 
