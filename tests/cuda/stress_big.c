@@ -1,5 +1,6 @@
 /* stress_big.c - stress_cuda's big mode (see stress_cuda.c): > 2^31-element tensors on the
- * device, against the reference backend on the rows and keys that matter. */
+ * device, each checked with liboracle's rule against the oracle of a reduced problem that
+ * gives the checked rows exactly (the rows and keys that matter). */
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
@@ -15,27 +16,57 @@
 
 static double bf(uint16_t x) { return (double)fa_bf16_to_f32(x); }
 
-/* max |got - want|, max |want| over n floats; NaN in got counts as infinite */
-static double maxerr(const float *got, const float *want, size_t n, double *mag)
+/* n floats or bf16 values as doubles (malloc'd) */
+static double *f2d(const float *x, size_t n)
 {
-    double e = 0;
-    *mag = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - (double)want[i]);
-        if (!(d <= e)) e = isnan(d) ? INFINITY : d;
-        if (fabs(want[i]) > *mag) *mag = fabs(want[i]);
-    }
-    return e;
+    double *d = malloc(sizeof(double) * (n + 1));
+    for (size_t i = 0; i < n; i++) d[i] = x[i];
+    return d;
 }
-static double lse_err(const float *got, const float *want, size_t n)
+static double *b2d(const uint16_t *x, size_t n)
 {
-    double e = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = isinf(want[i]) ? (got[i] == want[i] ? 0 : INFINITY) : fabs((double)got[i] - want[i]) / (1 + fabs(want[i]));
-        if (!(d <= e)) e = isnan(d) ? INFINITY : d;
-    }
-    return e;
+    double *d = malloc(sizeof(double) * (n + 1));
+    for (size_t i = 0; i < n; i++) d[i] = bf(x[i]);
+    return d;
 }
+
+/* liboracle's oracle of a reduced problem that gives the big call's checked rows exactly:
+   one sequence, bf16 inputs q [sq][hq][d], k, v [sk][hkv][d] (as doubles), bias
+   [hq][sq][sk] or NULL, dout like q (backward) or NULL; causal, window and scale from op
+   (scale 0: 1/sqrt(d)); results in odt. Takes the arrays (freed here). */
+static void big_oracle(or_oracle *o, fa_dtype odt, double *q, double *k, double *v, double *dout, double *bias,
+                       int sq, int sk, int hq, int hkv, int d, const fa_options *op)
+{
+    or_seq_data s;
+    memset(&s, 0, sizeof s);
+    s.q = q; s.k = k; s.v = v; s.dout = dout; s.bias = bias; s.sq = sq; s.sk = sk;
+    or_problem p;
+    memset(&p, 0, sizeof p);
+    p.nseq = 1; p.nq = sq; p.nk = sk; p.hq = hq; p.hkv = hkv; p.dqk = p.dv = d;
+    p.dt = FA_BF16; p.odt = odt;
+    p.scale = op && op->scale != 0.f ? op->scale : 1.0 / sqrt((double)d);
+    if (op) { p.causal = op->causal; p.window = op->window; p.wl = op->window_left; p.wr = op->window_right; }
+    p.seqs = &s;
+    if (or_compute(&p, dout != NULL, o)) { printf("oracle: out of memory\n"); exit(2); }
+    free(q); free(k); free(v); free(dout); free(bias);
+}
+
+/* ours (n floats in the oracle's layout of t) against o with the rule; a failure's words
+   are appended to why. Returns 1 if within the bound. */
+static int big_ok(const or_oracle *o, or_tensor t, const float *ours, char *why, size_t len)
+{
+    const int64_t n = or_count(o, t);
+    double *x = f2d(ours, (size_t)n);
+    or_result r;
+    int ok = or_check(o, t, x, &r);
+    free(x);
+    if (!ok) {
+        size_t at = strlen(why);
+        if (at < len) { why[at] = ' '; or_result_str(&r, t, why + at + 1, len - at - 1); }
+    }
+    return ok;
+}
+
 static void big_result(const char *what, int ok, double secs, const char *fmt, ...)
 {
     va_list ap;
@@ -67,7 +98,6 @@ int big(void)
     enum { D = 64, SQ = 3, HQ = 2, TAIL = 512, WL = 300, P = 1048573 };
     const int64_t SK = ((int64_t)1 << (FA_BIG_LOG2 - 6)) + 4096, N = SK - TAIL;
     const size_t n = (size_t)SK * D;
-    const double eps = 1.0 / 256;
     printf("big: k, v [1, %lld, 1, %d] bf16: %zu elements each (2^%d + %zu), %.2f GiB each\n", (long long)SK, D, n, FA_BIG_LOG2,
            n - ((size_t)1 << FA_BIG_LOG2), (double)n * 2 / (1 << 30));
     uint16_t *k_d, *v_d, *q_d;
@@ -96,13 +126,14 @@ int big(void)
         free(tb);
     }
     printf("big: set up in %.1f s\n", now() - T0);
-    fa_tensor tq = fa_tensor_contiguous(q_d, FA_BF16, 1, SQ, HQ, D), hq = fa_tensor_contiguous(q, FA_BF16, 1, SQ, HQ, D);
+    fa_tensor tq = fa_tensor_contiguous(q_d, FA_BF16, 1, SQ, HQ, D);
     fa_tensor tk = fa_tensor_contiguous(k_d, FA_BF16, 1, SK, 1, D), tv = fa_tensor_contiguous(v_d, FA_BF16, 1, SK, 1, D);
     fa_tensor to = fa_tensor_contiguous(o_d, FA_F32, 1, SQ, HQ, D);
-    float out[SQ * HQ * D], lse[HQ * SQ], ro[SQ * HQ * D], rl[HQ * SQ];
-    fa_tensor ho = fa_tensor_contiguous(ro, FA_F32, 1, SQ, HQ, D);
-    double mag, err, lerr;
-    fa_status st, rs;
+    float out[SQ * HQ * D], lse[HQ * SQ];
+    fa_status st;
+    or_oracle orc;
+    char why[1200];
+    int ok;
 
     /* 1. window: keys past element 2^31 only */
     {
@@ -116,13 +147,15 @@ int big(void)
         const int64_t nw = SQ + WL, j0 = SK - nw;
         uint16_t *kw = malloc(nw * D * 2), *vw = malloc(nw * D * 2);
         for (int64_t j = 0; j < nw; j++) for (int c = 0; c < D; c++) { kw[j * D + c] = KV(j0 + j, c); vw[j * D + c] = VV(j0 + j, c); }
-        fa_tensor hk = fa_tensor_contiguous(kw, FA_BF16, 1, nw, 1, D), hv = fa_tensor_contiguous(vw, FA_BF16, 1, nw, 1, D);
-        rs = fa_forward(refctx, &ho, rl, &hq, &hk, &hv, &op);
+        big_oracle(&orc, FA_F32, b2d(q, SQ * HQ * D), b2d(kw, (size_t)nw * D), b2d(vw, (size_t)nw * D), NULL, NULL, SQ, (int)nw, HQ,
+                   1, D, &op);
         free(kw); free(vw);
-        err = maxerr(out, ro, SQ * HQ * D, &mag); lerr = lse_err(lse, rl, HQ * SQ);
-        big_result("k/v side: causal window 300, keys past element 2^31", st == FA_OK && rs == FA_OK && err <= 2 * eps * mag + 1e-5 && lerr <= 1e-3,
-                   now() - t, "max|out-ref| %.2e (tol %.2e), lse rel %.2e%s%s", err, 2 * eps * mag + 1e-5, lerr,
-                   st == FA_OK ? "" : " cuda: ", st == FA_OK ? "" : fa_last_error(cu));
+        why[0] = 0;
+        ok = big_ok(&orc, OR_OUT, out, why, sizeof why);
+        ok &= big_ok(&orc, OR_LSE, lse, why, sizeof why);
+        or_free(&orc);
+        big_result("k/v side: causal window 300, keys past element 2^31", st == FA_OK && ok, now() - t, "%s%s%s",
+                   st == FA_OK ? "" : " cuda: ", st == FA_OK ? "" : fa_last_error(cu), ok ? "within the rule" : why);
     }
     /* 2. full: every key; the zero keys compressed into one key with logit log N */
     {
@@ -148,16 +181,19 @@ int big(void)
         st = fa_forward(cu, &to, l_d, &tq, &tk, &tv, &op);
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(out, o_d, sizeof out, cudaMemcpyDeviceToHost)); CK(cudaMemcpy(lse, l_d, sizeof lse, cudaMemcpyDeviceToHost));
-        fa_tensor fq = fa_tensor_contiguous(qf, FA_F32, 1, SQ, HQ, D), fk = fa_tensor_contiguous(kf, FA_F32, 1, nf, 1, D);
-        fa_tensor fv = fa_tensor_contiguous(vf, FA_F32, 1, nf, 1, D), fb = fa_tensor_contiguous(bias, FA_F32, 1, SQ, HQ, nf);
-        fa_options ro_op = op;
-        ro_op.bias = &fb;
-        rs = fa_forward(refctx, &ho, rl, &fq, &fk, &fv, &ro_op);
-        err = maxerr(out, ro, SQ * HQ * D, &mag); lerr = lse_err(lse, rl, HQ * SQ);
-        /* fp32 sums over 2^25 keys: a few bf16 ulps of max|out| (test_big's bound); a wrapped
+        double *bh = calloc((size_t)HQ * SQ * nf, sizeof(double));   /* the oracle's [H][Sq][Sk] */
+        for (int i = 0; i < SQ; i++) for (int h = 0; h < HQ; h++) bh[((size_t)h * SQ + i) * nf] = bias[(i * HQ + h) * nf];
+        big_oracle(&orc, FA_F32, f2d(qf, SQ * HQ * D), f2d(kf, (size_t)nf * D), f2d(vf, (size_t)nf * D), NULL, bh, SQ, (int)nf, HQ,
+                   1, D, &op);
+        /* the rule on the reduced problem (1 + 512 keys); the device sums 2^25 + 4096 keys in
+           fp32, which the rule's fp32 floors (and its bf16 naive model) cover; a wrapped
            offset moves the result by O(max|out|) */
-        big_result("k/v side: no mask, all 2^25 + 4096 keys", st == FA_OK && rs == FA_OK && err <= 4 * eps * mag && lerr <= 1e-3,
-                   now() - t, "max|out-ref| %.2e (max|ref| %.2f, tol %.2e), lse rel %.2e", err, mag, 4 * eps * mag, lerr);
+        why[0] = 0;
+        ok = big_ok(&orc, OR_OUT, out, why, sizeof why);
+        ok &= big_ok(&orc, OR_LSE, lse, why, sizeof why);
+        or_free(&orc);
+        big_result("k/v side: no mask, all 2^25 + 4096 keys", st == FA_OK && ok, now() - t, "%s%s%s",
+                   st == FA_OK ? "" : " cuda: ", st == FA_OK ? "" : fa_last_error(cu), ok ? "within the rule" : why);
         free(qf); free(kf); free(vf); free(bias);
     }
     /* 3. paged cache over the same memory: the last two pages, a 2-row append past 2^31 */
@@ -192,12 +228,14 @@ int big(void)
                 kc[j * D + c] = j < 300 ? KV(first + j, c) : kn[(j - 300) * D + c];
                 vc[j * D + c] = j < 300 ? VV(first + j, c) : vn[(j - 300) * D + c];
             }
-        fa_tensor hk = fa_tensor_contiguous(kc, FA_BF16, 1, nk, 1, D), hv = fa_tensor_contiguous(vc, FA_BF16, 1, nk, 1, D);
-        rs = fa_forward(refctx, &ho, rl, &hq, &hk, &hv, &op);
-        err = maxerr(out, ro, SQ * HQ * D, &mag); lerr = lse_err(lse, rl, HQ * SQ);
-        big_result("k/v side: paged cache, last 2 pages, append past 2^31", st == FA_OK && rs == FA_OK && landed &&
-                   err <= 2 * eps * mag + 1e-5 && lerr <= 1e-3, now() - t, "appended rows %s, max|out-ref| %.2e (tol %.2e), lse rel %.2e",
-                   landed ? "in place" : "NOT in place", err, 2 * eps * mag + 1e-5, lerr);
+        big_oracle(&orc, FA_F32, b2d(q, SQ * HQ * D), b2d(kc, (size_t)nk * D), b2d(vc, (size_t)nk * D), NULL, NULL, SQ, (int)nk, HQ,
+                   1, D, &op);
+        why[0] = 0;
+        ok = big_ok(&orc, OR_OUT, out, why, sizeof why);
+        ok &= big_ok(&orc, OR_LSE, lse, why, sizeof why);
+        or_free(&orc);
+        big_result("k/v side: paged cache, last 2 pages, append past 2^31", st == FA_OK && landed && ok, now() - t,
+                   "appended rows %s, %s", landed ? "in place" : "NOT in place", ok ? "within the rule" : why);
         free(kc); free(vc);
         cudaFree(dcs); cudaFree(dbt); cudaFree(kn_d); cudaFree(vn_d);
     }
@@ -234,19 +272,21 @@ int big(void)
         st = fa_forward(cu, &bo, lb_d, &bq, &bk, &bv, NULL);
         CK(cudaDeviceSynchronize());
         double tf = now() - t;
-        float got[NR * HB * D], lgot[HB * NR], ref[NR * HB * D], lref[HB * NR];
+        float got[NR * HB * D], lgot[HB * NR];
         for (int i = 0; i < NR; i++) {
             CK(cudaMemcpy(orr + i * row_el, ob_d + (size_t)rows[i] * row_el, row_el * 2, cudaMemcpyDeviceToHost));
             for (int h = 0; h < HB; h++) CK(cudaMemcpy(&lgot[h * NR + i], lb_d + (size_t)h * SQB + rows[i], 4, cudaMemcpyDeviceToHost));
         }
         for (size_t e = 0; e < NR * row_el; e++) got[e] = fa_bf16_to_f32(orr[e]);
-        fa_tensor rq = fa_tensor_contiguous(qr, FA_BF16, 1, NR, HB, D), rk = fa_tensor_contiguous(kb, FA_BF16, 1, SKB, HKB, D);
-        fa_tensor rv = fa_tensor_contiguous(vb, FA_BF16, 1, SKB, HKB, D), rof = fa_tensor_contiguous(ref, FA_F32, 1, NR, HB, D);
-        rs = fa_forward(refctx, &rof, lref, &rq, &rk, &rv, NULL);
-        err = maxerr(got, ref, NR * row_el, &mag); lerr = lse_err(lgot, lref, HB * NR);
-        big_result("q side: forward, rows 0, 2^21-1, 2^21 (element 2^31), last two", st == FA_OK && rs == FA_OK &&
-                   err <= 2 * eps * mag + 1e-5 && lerr <= 1e-3, tf, "max|out-ref| %.2e (tol %.2e), lse rel %.2e%s%s", err,
-                   2 * eps * mag + 1e-5, lerr, st == FA_OK ? "" : " cuda: ", st == FA_OK ? "" : fa_last_error(cu));
+        /* the rows are independent (no mask): the oracle of those rows alone */
+        big_oracle(&orc, FA_BF16, b2d(qr, NR * row_el), b2d(kb, SKB * HKB * D), b2d(vb, SKB * HKB * D), NULL, NULL, NR, SKB, HB,
+                   HKB, D, NULL);
+        why[0] = 0;
+        ok = big_ok(&orc, OR_OUT, got, why, sizeof why);
+        ok &= big_ok(&orc, OR_LSE, lgot, why, sizeof why);
+        or_free(&orc);
+        big_result("q side: forward, rows 0, 2^21-1, 2^21 (element 2^31), last two", st == FA_OK && ok, tf, "%s%s%s",
+                   st == FA_OK ? "" : " cuda: ", st == FA_OK ? "" : fa_last_error(cu), ok ? "within the rule" : why);
 
         /* 5. backward with dout zero except on the checked rows */
         CK(cudaMalloc((void **)&do_d, nq * 2)); CK(cudaMalloc((void **)&dq_d, nq * 2));
@@ -261,7 +301,7 @@ int big(void)
         st = fa_backward(cu, &bdq, &bdk, &bdv, NULL, &bdo, &bq, &bk, &bv, &bo, lb_d, NULL);
         CK(cudaDeviceSynchronize());
         double tb = now() - t;
-        float gdq[NR * HB * D], gdk[SKB * HKB * D], gdv[SKB * HKB * D], rdq[NR * HB * D], rdk[SKB * HKB * D], rdv[SKB * HKB * D];
+        float gdq[NR * HB * D], gdk[SKB * HKB * D], gdv[SKB * HKB * D];
         uint16_t tmp[HB * D];
         int zeros_ok = 1;
         for (int i = 0; i < NR; i++) {
@@ -273,17 +313,20 @@ int big(void)
             for (size_t e = 0; e < row_el; e++) if (fa_bf16_to_f32(tmp[e]) != 0.0f) zeros_ok = 0;
         }
         CK(cudaMemcpy(gdk, dk_d, sizeof gdk, cudaMemcpyDeviceToHost)); CK(cudaMemcpy(gdv, dv_d, sizeof gdv, cudaMemcpyDeviceToHost));
-        /* the reference backward on the rows, with the out and lse the device forward gave */
-        fa_tensor ro2 = fa_tensor_contiguous(orr, FA_BF16, 1, NR, HB, D), rdo = fa_tensor_contiguous(dor, FA_BF16, 1, NR, HB, D);
-        fa_tensor tdq = fa_tensor_contiguous(rdq, FA_F32, 1, NR, HB, D), tdk = fa_tensor_contiguous(rdk, FA_F32, 1, SKB, HKB, D);
-        fa_tensor tdv = fa_tensor_contiguous(rdv, FA_F32, 1, SKB, HKB, D);
-        rs = fa_backward(refctx, &tdq, &tdk, &tdv, NULL, &rdo, &rq, &rk, &rv, &ro2, lgot, NULL);
-        double mq, mk, mv, eq = maxerr(gdq, rdq, NR * row_el, &mq), ek = maxerr(gdk, rdk, SKB * HKB * D, &mk);
-        double ev = maxerr(gdv, rdv, SKB * HKB * D, &mv);
-        double tq3 = 3 * (2 * eps * mq + 1e-5), tk3 = 3 * (2 * eps * mk + 1e-5), tv3 = 3 * (2 * eps * mv + 1e-5);
-        big_result("q side: backward, dout zero but on those rows", st == FA_OK && rs == FA_OK && zeros_ok && eq <= tq3 &&
-                   ek <= tk3 && ev <= tv3, tb, "dq %.2e (tol %.2e), dk %.2e (tol %.2e), dv %.2e (tol %.2e), other dq rows %s%s%s",
-                   eq, tq3, ek, tk3, ev, tv3, zeros_ok ? "0" : "NOT 0", st == FA_OK ? "" : " cuda: ",
+        /* the oracle's backward of the rows (dk, dv: those rows' contributions alone); dq is
+           bf16 and dk, dv fp32, so two oracles, one per output dtype */
+        why[0] = 0;
+        big_oracle(&orc, FA_BF16, b2d(qr, NR * row_el), b2d(kb, SKB * HKB * D), b2d(vb, SKB * HKB * D), b2d(dor, NR * row_el), NULL,
+                   NR, SKB, HB, HKB, D, NULL);
+        ok = big_ok(&orc, OR_DQ, gdq, why, sizeof why);
+        or_free(&orc);
+        big_oracle(&orc, FA_F32, b2d(qr, NR * row_el), b2d(kb, SKB * HKB * D), b2d(vb, SKB * HKB * D), b2d(dor, NR * row_el), NULL,
+                   NR, SKB, HB, HKB, D, NULL);
+        ok &= big_ok(&orc, OR_DK, gdk, why, sizeof why);
+        ok &= big_ok(&orc, OR_DV, gdv, why, sizeof why);
+        or_free(&orc);
+        big_result("q side: backward, dout zero but on those rows", st == FA_OK && zeros_ok && ok, tb, "other dq rows %s, %s%s%s",
+                   zeros_ok ? "0" : "NOT 0", ok ? "within the rule" : why, st == FA_OK ? "" : " cuda: ",
                    st == FA_OK ? "" : fa_last_error(cu));
         free(blk2); free(qr); free(orr); free(dor);
         cudaFree(qb_d); cudaFree(ob_d); cudaFree(lb_d); cudaFree(kb_d); cudaFree(vb_d);

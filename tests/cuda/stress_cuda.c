@@ -27,20 +27,21 @@
  *
  * Big mode:  stress_cuda big    (stress_big.c; about 26 GB of device memory at the peak; exit
  *   status as above)
- *   64-bit offsets, as tests/test_big.c on the CPU, on the device:
+ *   64-bit offsets, as tests/test_big.c on the CPU, on the device; each check is the rule
+ *   against liboracle's oracle of a reduced problem that gives the checked rows exactly:
  *   K side: k, v [1, 2^25 + 4096, 1, 64] bf16 (2^31 + 262144 elements each), q [1, 3, 2, 64].
  *     (1) bottom-right causal window 300: the queries see only keys past element 2^31;
  *     (2) no mask over every key: k is zero except the last 512 rows, so the zero keys act
- *         as one key carrying mean(v) with logit log(N) (the reference gets that key, a
+ *         as one key carrying mean(v) with logit log(N) (the oracle gets that key, a
  *         bias of log N, and the 512 tail keys); a wrapped offset reads the wrong tail rows;
  *     (3) the same memory as a paged cache [131088, 256, 1, 64], the block_table on the
  *         last two pages, a 2-row append landing past 2^31.
  *   Q side: q, out [1, 2^21 + 64, 16, 64] bf16 (2^31 + 65536 elements), k, v [1, 64, 4, 64].
  *     (4) forward: rows 0, 2^21 - 1, 2^21 (it starts at element 2^31) and the last two,
- *         against the reference on those rows (no mask: rows are independent);
+ *         against the oracle of those rows (no mask: rows are independent);
  *     (5) backward: dout is zero except on those rows, so dk and dv are those rows'
  *         contributions alone and dq is exactly 0 elsewhere: dq of the rows, dk, dv against
- *         the reference backward on the rows, and dq of a few other rows exactly 0.
+ *         the oracle's backward of the rows, and dq of a few other rows exactly 0.
  */
 #include <stdarg.h>
 #include <string.h>
