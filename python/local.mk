@@ -8,7 +8,7 @@ EXTRA_DIST += python/run-tests.sh python/README.md python/pyproject.toml \
 	python/flashattn/_impl.py python/flashattn/_arrays.py python/flashattn/_torch_adapter.py \
 	python/flashattn/_numpy_adapter.py python/flashattn/_torch_ops.py python/flashattn/_torch_short.py \
 	python/flashattn/interface.py python/flashattn/sdpa.py \
-	python/tests/conftest.py python/tests/refimpl.py python/tests/test_forward.py \
+	python/tests/conftest.py python/tests/oracle.py python/tests/test_forward.py \
 	python/tests/test_backward.py python/tests/test_dropout.py \
 	python/tests/test_varlen_kvcache.py python/tests/test_errors.py \
 	python/tests/test_numpy.py python/tests/test_sdpa.py python/tests/test_compile.py \

@@ -1,8 +1,9 @@
 #!/bin/sh
 # python/run-tests.sh - make check's run of the Python package's tests (python/tests) on the
 # library of this build tree. It builds nothing: it points FLASHATTN_LIB at
-# .libs/libflashattn.so (the working directory is the top build directory) and runs pytest
-# from the source tree.
+# .libs/libflashattn.so and FLASHATTN_ORACLE_LIB at tests/oracle/.libs/liboracle_py.so (the
+# C suites' oracle and tolerance rule, which make check builds before it runs the tests;
+# the working directory is the top build directory) and runs pytest from the source tree.
 #
 # Python: $PYTHON if set, else /usr/bin/python3 (Debian's, where tools/install-deps.sh puts
 # torch, numpy and pytest), else python3 on PATH.
@@ -10,6 +11,7 @@
 #   - python3 without torch, numpy or pytest: FAIL, naming what is missing.
 here=$(cd "$(dirname "$0")" && pwd)
 lib="$PWD/.libs/libflashattn.so"
+oracle="$PWD/tests/oracle/.libs/liboracle_py.so"
 if [ -n "$PYTHON" ]; then py=$PYTHON
 elif [ -x /usr/bin/python3 ]; then py=/usr/bin/python3
 else py=$(command -v python3)
@@ -21,6 +23,10 @@ fi
 if [ ! -e "$lib" ]; then
   echo "python/run-tests.sh: SKIP: no shared library at $lib (configured with --disable-shared?)"
   exit 77
+fi
+if [ ! -e "$oracle" ]; then
+  echo "python/run-tests.sh: FAIL: no oracle module at $oracle (make check builds it)"
+  exit 1
 fi
 missing=""
 for m in torch numpy pytest; do
@@ -43,5 +49,5 @@ if [ -n "$asan" ]; then
   echo "python/run-tests.sh: sanitizer build: LD_PRELOAD=$asan, leak checking off"
 fi
 echo "python/run-tests.sh: $py ($("$py" -c 'import torch; print("torch", torch.__version__)')), FLASHATTN_LIB=$lib"
-FLASHATTN_LIB=$lib PYTHONDONTWRITEBYTECODE=1 exec "$py" -m pytest "$here/tests" -q -rs \
-  -p no:cacheprovider
+FLASHATTN_LIB=$lib FLASHATTN_ORACLE_LIB=$oracle PYTHONDONTWRITEBYTECODE=1 \
+  exec "$py" -m pytest "$here/tests" -q -rs -p no:cacheprovider

@@ -5,6 +5,9 @@
 # test_cuda's parts besides test_cuda.c (built on the GPU machine, bench/gpu/build-kit.sh)
 EXTRA_DIST += tests/cuda/cuda_test.h tests/cuda/cuda_util.c tests/cuda/cuda_dense.c \
 	tests/cuda/cuda_varlen.c tests/cuda/cuda_decode.c
+# stress_cuda (built the same way): its parts
+EXTRA_DIST += tests/cuda/stress_cuda.h tests/cuda/stress_cuda.c tests/cuda/stress_cases.c \
+	tests/cuda/stress_check.c tests/cuda/stress_bad.c tests/cuda/stress_big.c
 # libFuzzer targets (not built by make; tests/fuzz/run.sh, docs/reliability.md)
 EXTRA_DIST += tests/fuzz/run.sh tests/fuzz/fuzz_args.c tests/fuzz/fuzz_diff.c tests/fuzz/corpus
 
@@ -17,6 +20,14 @@ tests_oracle_liboracle_la_SOURCES = tests/oracle/oracle.h tests/oracle/models.h 
 	tests/oracle/models.c tests/oracle/problem.c tests/oracle/check.c tests/oracle/rule.c
 tests_oracle_liboracle_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests/oracle
 tests_oracle_liboracle_la_CFLAGS = $(AM_CFLAGS)
+# The same, as a module the Python tests load (python/tests/oracle.py; python/run-tests.sh
+# names it in FLASHATTN_ORACLE_LIB): built by make check, never installed.
+check_LTLIBRARIES += tests/oracle/liboracle_py.la
+tests_oracle_liboracle_py_la_SOURCES = tests/oracle/pyglue.c
+tests_oracle_liboracle_py_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests/oracle
+tests_oracle_liboracle_py_la_CFLAGS = $(AM_CFLAGS)
+tests_oracle_liboracle_py_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
+tests_oracle_liboracle_py_la_LIBADD = tests/oracle/liboracle.la $(OPENMP_CFLAGS) -lm
 
 if HAVE_CHECK
 TESTS_COMMON = tests/testutil.c tests/buffers.c tests/runner.c tests/testutil.h tests/cases.h

@@ -22,7 +22,8 @@ OR="$S/tests/oracle"
 ORSRC="$OR/models.c $OR/problem.c $OR/check.c $OR/rule.c"
 gcc -O2 -fopenmp -Wall -Wextra -I"$S/include" -I"$S/lib" -I"$OR" -I"$CU/include" "$TC/test_cuda.c" "$TC/cuda_util.c" \
   "$TC/cuda_dense.c" "$TC/cuda_varlen.c" "$TC/cuda_decode.c" $ORSRC -o "$D/test_cuda" $LIBS -Wl,-rpath,'$ORIGIN'
-gcc -O2 -Wall -Wextra -I"$S/include" -I"$S/lib" -I"$CU/include" "$TC/stress_cuda.c" -o "$D/stress_cuda" $LIBS -Wl,-rpath,'$ORIGIN'
+gcc -O2 -fopenmp -Wall -Wextra -I"$S/include" -I"$S/lib" -I"$OR" -I"$CU/include" "$TC/stress_cuda.c" "$TC/stress_cases.c" \
+  "$TC/stress_check.c" "$TC/stress_bad.c" "$TC/stress_big.c" $ORSRC -o "$D/stress_cuda" $LIBS -Wl,-rpath,'$ORIGIN'
 # flashattn-bench without the unfused-BLAS rung (its n/a row says so): OpenBLAS alone
 # would take more than half of what the device tool carries.
 cfg=$(mktemp -d)

@@ -1,7 +1,8 @@
 """Shared fixtures: the package from this tree, devices, random inputs.
 
 The library comes from $FLASHATTN_LIB (python/run-tests.sh points it at the build tree's
-.libs/libflashattn.so) or the system. Every test runs on CPU tensors, and again on CUDA
+.libs/libflashattn.so) or the system; the oracle and its rule from $FLASHATTN_ORACLE_LIB
+(oracle.py). Every test runs on CPU tensors, and again on CUDA
 tensors when torch sees a GPU (the CUDA cases are reported as skipped otherwise).
 """
 import os

@@ -1,10 +1,10 @@
-"""Gradients (dq, dk, dv, dsinks) through flash_attn_func against the float64 oracle's
-autograd, and the deterministic backward."""
+"""Gradients (dq, dk, dv, dsinks) through flash_attn_func against liboracle's backward
+(oracle.py), and the deterministic backward."""
 import pytest
 import torch
 
 import flashattn
-import refimpl as R
+import oracle as O
 from conftest import randn
 
 
@@ -24,20 +24,11 @@ def grads_case(device, dtype=torch.float32, B=2, Sq=23, Sk=31, H=4, Hkv=2, D=16,
                                     sinks=sk)
     inputs = [q, k, v] + ([sk] if sinks else [])
     ours = torch.autograd.grad(out, inputs, dout)
-    kw = dict(causal="br" if causal else None, window=window, softcap=softcap, alibi=sl)
-    names = ["dq", "dk", "dv", "dsinks"]
-
-    def ref(compute, store):
-        leaves = [x.detach().cpu().to(compute).requires_grad_() for x in inputs]
-        o, _ = R.attention(*leaves[:3], sinks=leaves[3] if sinks else None, compute=compute,
-                           store=store, **kw)
-        return torch.autograd.grad(o, leaves, dout.cpu().to(compute))
-
-    oracle = ref(torch.float64, None)
-    naive = ref(torch.float32, None if dtype == torch.float32 else dtype)
-    for name, g, o, n in zip(names, ours, oracle, naive):
+    o = O.dense(q, k, v, dout=dout, dtype=dtype, causal="br" if causal else None,
+                window=window, softcap=softcap, alibi=sl, sinks=sk, backward=True)
+    for name, t, g in zip(["dq", "dk", "dv", "dsinks"], [O.DQ, O.DK, O.DV, O.DSINKS], ours):
         assert g.dtype == (dtype if name != "dsinks" else torch.float32)
-        R.check(name, g, o, n, dtype, factor=3.0)
+        o.check(name, t, g)
     return ours
 
 

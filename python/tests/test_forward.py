@@ -1,9 +1,9 @@
-"""flash_attn_func's forward against the float64 oracle: dtypes, GQA, masks, features."""
+"""flash_attn_func's forward against liboracle (oracle.py): dtypes, GQA, masks, features."""
 import pytest
 import torch
 
 import flashattn
-import refimpl as R
+import oracle as O
 from conftest import randn
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -23,14 +23,10 @@ def run_case(device, dtype, B=2, Sq=37, Sk=53, H=4, Hkv=4, D=32, Dv=None, causal
         sinks=None if sk is None else sk.to(device), return_attn_probs=True)
     assert probs is None
     assert out.dtype == dtype and out.device == q.device and lse.dtype == torch.float32
-    kw = dict(scale=scale, causal="br" if causal else None, window=window, softcap=softcap,
-              alibi=sl, sinks=sk)
-    qc, kc, vc = q.cpu(), k.cpu(), v.cpu()
-    o64, l64 = R.attention(qc, kc, vc, **kw)
-    store = None if dtype == torch.float32 else dtype
-    on, ln = R.attention(qc, kc, vc, compute=torch.float32, store=store, **kw)
-    R.check("out", out, o64, on, dtype)
-    R.check("lse", lse, l64, ln, dtype)
+    o = O.dense(q, k, v, dtype=dtype, scale=scale, causal="br" if causal else None,
+                window=window, softcap=softcap, alibi=sl, sinks=sk)
+    o.check("out", O.OUT, out)
+    o.check("lse", O.LSE, O.lse_rows(lse))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -75,18 +71,13 @@ def test_strided_views_are_read_in_place(device):
     B, S, H, D = 2, 29, 4, 16
     qkv = randn(B, S, 3, H, D, device=device)
     out = flashattn.flash_attn_qkvpacked_func(qkv, causal=True)
-    o64, _ = R.attention(qkv[:, :, 0].cpu(), qkv[:, :, 1].cpu(), qkv[:, :, 2].cpu(),
-                         causal="br")
-    on, _ = R.attention(qkv[:, :, 0].cpu(), qkv[:, :, 1].cpu(), qkv[:, :, 2].cpu(),
-                        causal="br", compute=torch.float32)
-    R.check("qkvpacked out", out, o64, on, torch.float32)
+    O.dense(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], dtype=torch.float32,
+            causal="br").check("qkvpacked out", O.OUT, out)
     kv_bhsd = randn(B, 2, H, S, D, device=device)
     q = randn(B, S, H, D, device=device)
     kv = kv_bhsd.permute(0, 3, 1, 2, 4)   # [B, S, 2, H, D], not contiguous
     out = flashattn.flash_attn_kvpacked_func(q, kv)
-    o64, _ = R.attention(q.cpu(), kv[:, :, 0].cpu(), kv[:, :, 1].cpu())
-    on, _ = R.attention(q.cpu(), kv[:, :, 0].cpu(), kv[:, :, 1].cpu(), compute=torch.float32)
-    R.check("kvpacked out", out, o64, on, torch.float32)
+    O.dense(q, kv[:, :, 0], kv[:, :, 1], dtype=torch.float32).check("kvpacked out", O.OUT, out)
 
 
 def test_unit_last_stride_is_made(device):
@@ -95,9 +86,7 @@ def test_unit_last_stride_is_made(device):
     k = randn(1, 11, 2, 16, device=device)
     v = randn(1, 11, 2, 16, device=device)
     out = flashattn.flash_attn_func(q, k, v)
-    o64, _ = R.attention(q.cpu(), k.cpu(), v.cpu())
-    on, _ = R.attention(q.cpu(), k.cpu(), v.cpu(), compute=torch.float32)
-    R.check("out", out, o64, on, torch.float32)
+    O.dense(q, k, v, dtype=torch.float32).check("out", O.OUT, out)
 
 
 def test_empty_and_output_layout(device):

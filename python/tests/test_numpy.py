@@ -4,16 +4,16 @@ import pytest
 import torch
 
 import flashattn
-import refimpl as R
+import oracle as O
 
 
 def _np(*shape, dtype=np.float32):
     return np.random.standard_normal(shape).astype(dtype)
 
 
-def _check(name, out, ref64, ref32, dtype=torch.float32):
+def _check(name, o, t, out):
     assert isinstance(out, np.ndarray)
-    R.check(name, torch.from_numpy(np.ascontiguousarray(out)), ref64, ref32, dtype)
+    o.check(name, t, out)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
@@ -26,14 +26,10 @@ def test_numpy_forward(dtype):
                                             return_attn_probs=True)
     assert out.dtype == dtype and lse.dtype == np.float32
     tq, tk, tv = (torch.from_numpy(x) for x in (q, k, v))
-    ts = torch.tensor(sinks)
     tdt = torch.float32 if dtype == np.float32 else torch.float16
-    store = None if dtype == np.float32 else tdt
-    o64, l64 = R.attention(tq, tk, tv, causal="br", sinks=ts)
-    on, ln = R.attention(tq, tk, tv, causal="br", sinks=ts, compute=torch.float32,
-                         store=store)
-    _check("out", out, o64, on, tdt)
-    _check("lse", lse, l64, ln, tdt)
+    o = O.dense(tq, tk, tv, dtype=tdt, causal="br", sinks=np.float32(sinks))
+    _check("out", o, O.OUT, out)
+    _check("lse", o, O.LSE, O.lse_rows(torch.from_numpy(lse)).numpy())
 
 
 def test_numpy_strided_views():
@@ -44,8 +40,7 @@ def test_numpy_strided_views():
     v = _np(2, 11, 3, 32)[..., ::2]    # a strided last dimension: copied first
     out = flashattn.flash_attn_func(q, k, v)
     tq, tk, tv = (torch.from_numpy(np.ascontiguousarray(x)) for x in (q, k, v))
-    _check("out", out, R.attention(tq, tk, tv)[0],
-           R.attention(tq, tk, tv, compute=torch.float32)[0])
+    _check("out", O.dense(tq, tk, tv, dtype=torch.float32), O.OUT, out)
 
 
 def test_numpy_varlen_and_kvcache():
@@ -53,21 +48,16 @@ def test_numpy_varlen_and_kvcache():
     q, k = _np(9, 2, 16), _np(12, 2, 16)
     cu_q, cu_k = np.array([0, 4, 9]), np.array([0, 5, 12])   # int64: converted
     out = flashattn.flash_attn_varlen_func(q, k, k, cu_q, cu_k, 5, 7, causal=True)
-    for b in range(2):
-        tq = torch.from_numpy(q[cu_q[b]:cu_q[b + 1]])[None]
-        tk = torch.from_numpy(k[cu_k[b]:cu_k[b + 1]])[None]
-        _check("varlen out", out[cu_q[b]:cu_q[b + 1]][None],
-               R.attention(tq, tk, tk, causal="br")[0],
-               R.attention(tq, tk, tk, causal="br", compute=torch.float32)[0])
+    _check("varlen out", O.varlen(q, k, k, cu_q, cu_k, dtype=torch.float32, causal="br"),
+           O.OUT, out)
     kc, vc = _np(2, 10, 2, 16), _np(2, 10, 2, 16)
     kn, vn, qd = _np(2, 1, 2, 16), _np(2, 1, 2, 16), _np(2, 1, 2, 16)
     out = flashattn.flash_attn_with_kvcache(qd, kc, vc, kn, vn, cache_seqlens=[3, 6])
+    seqs = []
     for b, n in enumerate([3, 6]):
         assert np.array_equal(kc[b, n], kn[b, 0]) and np.array_equal(vc[b, n], vn[b, 0])
-        tk, tv = torch.from_numpy(kc[b, :n + 1])[None], torch.from_numpy(vc[b, :n + 1])[None]
-        tq = torch.from_numpy(qd[b])[None]
-        _check("kvcache out", out[b][None], R.attention(tq, tk, tv)[0],
-               R.attention(tq, tk, tv, compute=torch.float32)[0])
+        seqs.append(dict(q=qd[b], k=kc[b, :n + 1], v=vc[b, :n + 1]))
+    _check("kvcache out", O.Oracle(seqs, dtype=torch.float32), O.OUT, out)
 
 
 def test_numpy_dropout_follows_numpy_seed():
@@ -88,9 +78,8 @@ def test_numpy_sdpa():
     tq, tk, tv = (torch.from_numpy(x).transpose(1, 2) for x in (q, k, v))
     bias = torch.zeros(7, 9, dtype=torch.float64).masked_fill(~torch.from_numpy(mask),
                                                               float("-inf"))
-    o64, _ = R.attention(tq, tk, tv, bias=bias)
-    on, _ = R.attention(tq, tk, tv, bias=bias, compute=torch.float32)
-    _check("sdpa out", out.swapaxes(1, 2), o64, on)
+    _check("sdpa out", O.dense(tq, tk, tv, bias=bias, dtype=torch.float32), O.OUT,
+           np.ascontiguousarray(out.swapaxes(1, 2)))
 
 
 def test_numpy_rejects_float64():

@@ -1,8 +1,7 @@
 """flashattn.sdpa against torch's scaled_dot_product_attention: its signature, and its
-values (torch's own function where the installed torch has it; always a float64 model of
-its documented semantics)."""
+values (always against liboracle (oracle.py) given torch's documented semantics; torch's
+own function, where the installed torch has it, against the same oracle and rule)."""
 import inspect
-import math
 import re
 
 import pytest
@@ -10,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import flashattn
-import refimpl as R
+import oracle as O
 from conftest import randn
 
 TORCH_SDPA = getattr(F, "scaled_dot_product_attention", None)
@@ -22,21 +21,32 @@ DEFAULTS = {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": No
             "enable_gqa": False}
 
 
-def sdpa_model(q, k, v, attn_mask=None, is_causal=False, scale=None, enable_gqa=False,
-               compute=torch.float64):
-    """torch SDPA's semantics in plain math, [..., H, L, E] layout."""
-    q, k, v = q.to(compute), k.to(compute), v.to(compute)
-    if enable_gqa:
-        rep = q.shape[-3] // k.shape[-3]
-        k, v = k.repeat_interleave(rep, dim=-3), v.repeat_interleave(rep, dim=-3)
-    s = q @ k.transpose(-2, -1) * (scale if scale is not None else 1 / math.sqrt(q.shape[-1]))
-    L, S = q.shape[-2], k.shape[-2]
-    if is_causal:
-        s = s.masked_fill(~torch.ones(L, S, dtype=torch.bool).tril(), -math.inf)
+def sdpa_oracle(q, k, v, attn_mask=None, is_causal=False, scale=None, enable_gqa=False,
+                dout=None):
+    """The oracle of torch SDPA's semantics for [..., H, L, E] inputs: the batch dimensions
+    broadcast and flatten, a single key head serves every query head, is_causal is
+    top-left, a boolean mask is a bias of 0 / -inf, a float mask is added. enable_gqa needs
+    nothing more (the oracle's key heads are grouped)."""
+    del enable_gqa
+    batch = torch.broadcast_shapes(q.shape[:-3], k.shape[:-3])
+
+    def rows(x):   # [..., H, S, E] -> [B, S, H, E]
+        return x.detach().cpu().expand(*batch, *x.shape[-3:]).reshape(
+            -1, *x.shape[-3:]).transpose(1, 2)
+
+    bias = None
     if attn_mask is not None:
-        s = s.masked_fill(~attn_mask, -math.inf) if attn_mask.dtype == torch.bool \
-            else s + attn_mask.to(compute)
-    return torch.softmax(s, dim=-1) @ v
+        m = attn_mask.detach().cpu()
+        bias = torch.zeros(m.shape, dtype=torch.float64).masked_fill(~m, float("-inf")) \
+            if m.dtype == torch.bool else m.double()
+    return O.dense(rows(q), rows(k), rows(v), dout=None if dout is None else rows(dout),
+                   bias=bias, dtype=torch.float32, scale=scale,
+                   causal="tl" if is_causal else None, backward=dout is not None)
+
+
+def out_rows(x):
+    """An SDPA result [..., H, L, E] in the oracle's layout [B * L, H, E]."""
+    return x.detach().cpu().reshape(-1, *x.shape[-3:]).transpose(1, 2)
 
 
 def test_signature():
@@ -98,39 +108,29 @@ def test_values_and_grads(device, case):
     dout = randn(B, H, L, E, device=device)
     ours = [out] + list(torch.autograd.grad(out, (q, k, v), dout))
 
-    def model(compute):
-        leaves = [x.detach().cpu().to(compute).requires_grad_() for x in (q, k, v)]
-        m = None if mask is None else mask.cpu()
-        o = sdpa_model(*leaves, attn_mask=m, is_causal=kw["is_causal"], scale=kw["scale"],
-                       enable_gqa=kw["enable_gqa"], compute=compute)
-        return [o] + list(torch.autograd.grad(o, leaves, dout.cpu().to(compute)))
-
-    oracle, naive = model(torch.float64), model(torch.float32)
-    for name, g, o, n in zip(["out", "dq", "dk", "dv"], ours, oracle, naive):
-        R.check(name, g.detach(), o, n, torch.float32, factor=2.0 if name == "out" else 3.0)
+    o = sdpa_oracle(q, k, v, dout=dout, **kw)
+    for name, t, g in zip(["out", "dq", "dk", "dv"], [O.OUT, O.DQ, O.DK, O.DV], ours):
+        o.check(name, t, out_rows(g))
     if TORCH_SDPA is not None and not (kw["is_causal"] and mask is not None) and (
             TORCH_GQA or not kw["enable_gqa"]):
         args = {a: b for a, b in kw.items() if b is not None and b is not False}
         if "attn_mask" in args:   # torch's CUDA kernels want a mask with unit last stride
             args["attn_mask"] = args["attn_mask"].contiguous()
         theirs = TORCH_SDPA(q.detach(), k.detach(), v.detach(), **args)
-        R.check("out vs torch", out.detach(), oracle[0], theirs, torch.float32)
+        o.check("torch's own out", O.OUT, out_rows(theirs))
 
 
 def test_three_and_five_dims(device):
     q, k, v = (randn(4, 9, 16, device=device) for _ in range(3))
     out = flashattn.sdpa(q, k, v, is_causal=True)
     assert out.shape == (4, 9, 16)
-    want = sdpa_model(q.cpu(), k.cpu(), v.cpu(), is_causal=True)
-    R.check("3-D", out, want, sdpa_model(q.cpu(), k.cpu(), v.cpu(), is_causal=True,
-                                         compute=torch.float32), torch.float32)
+    sdpa_oracle(q[:, None], k[:, None], v[:, None], is_causal=True).check(
+        "3-D", O.OUT, out_rows(out[:, None]))
     q = randn(2, 3, 2, 5, 16, device=device)
     k = randn(1, 3, 2, 7, 16, device=device)   # batch dimensions broadcast
     out = flashattn.sdpa(q, k, k)
     assert out.shape == (2, 3, 2, 5, 16)
-    want = sdpa_model(q.cpu(), k.cpu(), k.cpu())
-    R.check("5-D", out, want, sdpa_model(q.cpu(), k.cpu(), k.cpu(), compute=torch.float32),
-            torch.float32)
+    sdpa_oracle(q, k, k).check("5-D", O.OUT, out_rows(out))
 
 
 def test_heads_must_match_without_gqa(device):
@@ -140,8 +140,7 @@ def test_heads_must_match_without_gqa(device):
         flashattn.sdpa(q, k, k)
     one = randn(1, 1, 5, 16, device=device)   # a single key head broadcasts, as in torch
     out = flashattn.sdpa(q, one, one)
-    R.check("broadcast head", out, sdpa_model(q.cpu(), one.cpu(), one.cpu()),
-            sdpa_model(q.cpu(), one.cpu(), one.cpu(), compute=torch.float32), torch.float32)
+    sdpa_oracle(q, one, one).check("broadcast head", O.OUT, out_rows(out))
 
 
 def test_mask_gradient_is_refused(device):

@@ -1,10 +1,11 @@
 """Packed variable-length batches (forward and gradients) and KV-cache decoding
-(contiguous and paged caches, appending new keys) against the oracle per sequence."""
+(contiguous and paged caches, appending new keys) against liboracle (oracle.py), one
+sequence per packed sequence or batch entry."""
 import pytest
 import torch
 
 import flashattn
-import refimpl as R
+import oracle as O
 from conftest import randn
 
 
@@ -32,25 +33,11 @@ def test_varlen_forward_and_grads(device, causal):
     assert out.shape == (Tq, H, D) and lse.shape == (H, Tq)
     ours = torch.autograd.grad(out, (q, k, v, sinks), dout)
 
-    def ref(compute):
-        leaves = [x.detach().cpu().to(compute).requires_grad_() for x in (q, k, v, sinks)]
-        outs, lses = [], []
-        for b in range(len(lens_q)):
-            qs = slice(int(cu_q[b]), int(cu_q[b + 1]))
-            ks = slice(int(cu_k[b]), int(cu_k[b + 1]))
-            o, l = R.attention(leaves[0][qs][None], leaves[1][ks][None], leaves[2][ks][None],
-                               causal="br" if causal else None, window=(6, -1),
-                               sinks=leaves[3], compute=compute)
-            outs.append(o[0])
-            lses.append(l[0])
-        o, l = torch.cat(outs), torch.cat(lses, dim=1)
-        return [o, l] + list(torch.autograd.grad(o, leaves, dout.cpu().to(compute)))
-
-    oracle, naive = ref(torch.float64), ref(torch.float32)
-    for name, g, o, n in zip(["out", "lse", "dq", "dk", "dv", "dsinks"],
-                             [out, lse] + list(ours), oracle, naive):
-        R.check(name, g.detach(), o, n, torch.float32, factor=2.0 if name in ("out", "lse")
-                else 3.0)
+    o = O.varlen(q, k, v, cu_q, cu_k, dout=dout, dtype=torch.float32,
+                 causal="br" if causal else None, window=(6, -1), sinks=sinks, backward=True)
+    for name, t, g in zip(["out", "lse", "dq", "dk", "dv", "dsinks"],
+                          [O.OUT, O.LSE, O.DQ, O.DK, O.DV, O.DSINKS], [out, lse] + list(ours)):
+        o.check(name, t, g)
 
 
 def test_varlen_unused_rows_are_zero(device):
@@ -62,11 +49,6 @@ def test_varlen_unused_rows_are_zero(device):
     assert torch.all(out[7:] == 0)
     dq, dk = torch.autograd.grad(out.sum(), (q, k))
     assert torch.all(dq[7:] == 0) and torch.all(dk[7:] == 0)
-
-
-def _kv_ref(q, keys, values, causal, compute):
-    return R.attention(q[None], keys[None], values[None], causal="br" if causal else None,
-                       compute=compute)
 
 
 @pytest.mark.parametrize("paged", [False, True])
@@ -99,6 +81,7 @@ def test_kvcache(device, paged, Sq, append):
         flat = cache[block_table[b].long()].reshape(-1, Hkv, D)
         return flat[:n]
 
+    seqs = []
     for b in range(B):
         n = seqlens[b] + (Sq if append else 0)
         kb, vb = rows(k_cache, b, n).cpu(), rows(v_cache, b, n).cpu()
@@ -109,10 +92,10 @@ def test_kvcache(device, paged, Sq, append):
             assert torch.equal(vb[:seqlens[b]], rows(v_before, b, seqlens[b]).cpu())
         else:   # nothing was written
             assert torch.equal(k_cache, k_before) and torch.equal(v_cache, v_before)
-        o64, l64 = _kv_ref(q[b].cpu(), kb, vb, True, torch.float64)
-        on, ln = _kv_ref(q[b].cpu(), kb, vb, True, torch.float32)
-        R.check("out[%d]" % b, out[b:b + 1], o64, on, torch.float32)
-        R.check("lse[%d]" % b, lse[b:b + 1], l64, ln, torch.float32)
+        seqs.append(dict(q=q[b], k=kb, v=vb))
+    o = O.Oracle(seqs, dtype=torch.float32, causal="br")
+    o.check("out", O.OUT, out)
+    o.check("lse", O.LSE, O.lse_rows(lse))
 
 
 def test_kvcache_int_seqlens_and_full_cache(device):
@@ -121,9 +104,7 @@ def test_kvcache_int_seqlens_and_full_cache(device):
     full = flashattn.flash_attn_with_kvcache(q, kc, vc)
     as_int = flashattn.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=9)
     assert torch.equal(full, as_int)
-    o64, _ = R.attention(q.cpu(), kc.cpu(), vc.cpu())
-    on, _ = R.attention(q.cpu(), kc.cpu(), vc.cpu(), compute=torch.float32)
-    R.check("out", full, o64, on, torch.float32)
+    O.dense(q, kc, vc, dtype=torch.float32).check("out", O.OUT, full)
 
 
 def test_kvcache_unsupported_arguments(device):

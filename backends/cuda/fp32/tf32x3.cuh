@@ -4,6 +4,21 @@
  * m16n8k8 tf32 with fp32 accumulation; the dropped small_a small_b is ~2^-22 of |a b|).
  * That keeps the tests' fp32 tolerance (1e-5 of max|out|) where plain tf32 would not.
  *
+ * How the products are summed matters as much as the split. An m16n8k8 tf32 mma (H100/H200)
+ * does not round its sum to nearest: it aligns the 8 exact products and the accumulator to
+ * the largest exponent, keeps two bits below fp32's 24 (a model with these numbers
+ * reproduces the H200's errors to two digits), and truncates the result toward zero. Each mma into a running accumulator so moves
+ * it towards zero by up to an ulp of the accumulator, always the same way. Taking all three
+ * products of every k-step into the score accumulator (48 such truncations for d 128) gave
+ * scores, and so lse, off by up to ~1.2 of the fp32 rule's bound (a single key: lse is the
+ * score). So S = Q K^T takes each k-step's three products into a zeroed fragment, cross
+ * products first (they are ~2^-11 of the big one: their own truncations are negligible),
+ * and adds that fragment to the running score with an fp32 add, which rounds to nearest:
+ * the truncations then happen at the size of one k-step's 8 products, not of the whole
+ * dot product, and the adds' roundings do not all lean one way. Cost: 4 fp32 adds per
+ * k-step and 8-key tile of S (+3 % instructions at d 128), 4 registers. O += P V keeps one
+ * accumulator: a k-step is 8 keys and P <= 1, so its error stays well inside out's bound.
+ *
  * The split is three plain instructions (fa_tf32_split).
  * Layout (head-dim classes 64 and 128; 256 runs simt.cuh): one block = 128 query rows
  * of one (sequence, head) and one KV split, 8 warps x 16 rows; KV tiles of 32 keys.
@@ -136,9 +151,12 @@ __global__ void __launch_bounds__(FA_TF32_NT, 2) fa_tf32_fwd_kernel(const fa_cu_
                 uint32_t bb0, bs0, bb1, bs1;
                 fa_tf32_split(kr.x, bb0, bs0);
                 fa_tf32_split(kr.y, bb1, bs1);
-                fa_mma_tf32(sacc[nt], as, bb0, bb1);
-                fa_mma_tf32(sacc[nt], ab, bs0, bs1);
-                fa_mma_tf32(sacc[nt], ab, bb0, bb1);
+                float st[4] = { 0.f, 0.f, 0.f, 0.f };   /* this k-step's part (see the top) */
+                fa_mma_tf32(st, as, bb0, bb1);
+                fa_mma_tf32(st, ab, bs0, bs1);
+                fa_mma_tf32(st, ab, bb0, bb1);
+#pragma unroll
+                for (int e = 0; e < 4; e++) sacc[nt][e] += st[e];
             }
         }
 
