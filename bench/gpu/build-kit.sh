@@ -4,7 +4,8 @@
 # `make libflashattn.la backends/cuda/flashattn_cuda.la` has run. The script links
 # test_cuda, stress_cuda and flashattn-bench against that library into DIR (default .gpu,
 # which git ignores) and copies libflashattn.so.0 and flashattn_cuda.so there, for the
-# device tool's carry. The GPU machine has no libtool and no Check, hence the kit.
+# device tool's carry, with liboracle_py.so (the Python tests' oracle and rule). The GPU
+# machine has no libtool and no Check, hence the kit.
 # Usage: bench/gpu/build-kit.sh BUILD_DIR [DIR]     (run from the repository root)
 # CUDA (headers, libcudart_static) is taken from nvcc's installation; flashattn-bench
 # needs nothing of CUDA (it loads the driver at run time).
@@ -33,4 +34,8 @@ gcc -O2 -fopenmp -pthread -I"$cfg" -I"$S/include" -I"$S/lib" -I"$OR" "$S"/bench/
 rm -r "$cfg"
 cp -L "$B/.libs/libflashattn.so.0" "$D/"   # a file, not a link: what the programs load
 cp "$B/backends/cuda/.libs/flashattn_cuda.so" "$D/"
+# the oracle and the rule for the Python tests (python/tests/oracle.py), built by
+# `make tests/oracle/liboracle_py.la`
+make -C "$B" tests/oracle/liboracle_py.la >/dev/null
+cp "$B/tests/oracle/.libs/liboracle_py.so" "$D/"
 ls -l "$D"

@@ -2,7 +2,8 @@
 #   . "$(dirname "$0")/kit-env.sh"
 # after the script's own arguments are known: D = the kit folder ($1, default .gpu), OUT
 # (default gpu-out, created), FA_CUDA_MODULE and LD_LIBRARY_PATH for the kit's programs
-# (test_cuda, stress_cuda, flashattn-bench), unbuffered Python. kit_env FILE writes the
+# (test_cuda, stress_cuda, flashattn-bench), FLASHATTN_LIB and FLASHATTN_ORACLE_LIB for the
+# Python package and its tests, unbuffered Python. kit_env FILE writes the
 # GPU's name, driver and clocks and a per-function table of the module's SASS (HGMMA, HMMA,
 # UTMALDG, SYNCS, LDSM and local-memory instructions; functions with tensor-core
 # instructions only) to FILE.
@@ -10,6 +11,8 @@ D=${1:-.gpu}
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
 export FA_CUDA_MODULE="$D/flashattn_cuda.so" LD_LIBRARY_PATH="$D${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# the Python package and its tests on the kit's library and oracle
+export FLASHATTN_LIB="$D/libflashattn.so.0" FLASHATTN_ORACLE_LIB="$D/liboracle_py.so"
 export PYTHONUNBUFFERED=1
 kit_env() {
   {
