@@ -297,6 +297,60 @@ static void scores(const dec_geom *g, dec_scratch *w, int64_t hk, const void *k,
 }
 
 #ifdef FA_HAVE_AVX512
+/* The online softmax of R <= 16 rows (R a power of two) whose S^T is packed, ld = R:
+   nkp keys (nkp * R a multiple of 16), seen by softmax_fwd as nkp * R / 16 keys of 16
+   columns (column c: row c % R). Every column of a row starts from the row's new max, so
+   their exps share one reference; their sums add up to the row's, and alpha = exp(m -
+   new max) once per row. */
+static void softmax_packed(const dec_geom *g, float *s, int nkp, int R, float *m, float *l,
+                           float *alpha)
+{
+    float bm[16], mt[16], lt[16], at[16];
+    const int nv = nkp * R / 16;
+    fa_cpu_decode_colmax_avx512(s, nv, g->sc, bm);
+    for (int c = 0; c < 16; c++) {
+        mt[c] = m[c % R];
+        for (int x = c % R; x < 16; x += R) mt[c] = bm[x] > mt[c] ? bm[x] : mt[c];
+        lt[c] = 0.0f;
+    }
+    g->K->softmax_fwd(s, nv, 16, 16, g->sc, mt, lt, at);
+    for (int r = 0; r < R; r++) {
+        float mu = mt[r] == -INFINITY ? 0.0f : mt[r], sum = 0.0f;
+        for (int x = r; x < 16; x += R) sum += lt[x];
+        alpha[r] = expf(m[r] - mu);
+        l[r] = l[r] * alpha[r] + sum;
+        m[r] = mt[r];
+    }
+}
+
+/* Scores of KV head hk's rows against the block's nk keys (rows w->rk), their pipeline,
+   mask and online softmax: P in s, S^T ld = R (packed, nr <= 16: R = nr rounded up to a
+   power of two, keys to nkp) or ldq. Returns the ld. */
+static int64_t head_scores(const dec_geom *g, const fa_seq *sq, int64_t b, int64_t hk,
+                           int64_t jb, int nk, int full, dec_scratch *w, float *s, float *m)
+{
+    const fa_problem *p = g->p;
+    const int nr = (int)g->nr;
+    int R = 1;
+    while (R < nr) R *= 2;
+    const int packed = nr <= 16;
+    const int64_t ld = packed ? R : g->ldq;
+    fa_cpu_decode_qk_avx512(s, ld, w->qr + hk * g->ldq * g->ldk, g->ldk, nr, w->rk,
+                            hk * p->k.stride[2] * (int64_t)fa_dtype_size(p->k.dtype), nk,
+                            g->dqk, g->kdt);
+    if (g->slow) fa_cpu_score_pass(p, sq, b, s, nk, nr, ld, jb, w->hr + hk * g->ldq, w->ir, NULL);
+    if (!full) fa_cpu_mask_pass(s, nk, nr, ld, jb, w->lo, w->hi);
+    float *l = m + g->ldq, *alpha = w->alpha + hk * g->ldq;
+    if (!packed) {
+        g->K->softmax_fwd(s, nk, nr, ld, g->sc, m, l, alpha);
+        return ld;
+    }
+    int nkp = (nk * R + 15) / 16 * 16 / R;
+    for (int64_t x = (int64_t)nk * R; x < (int64_t)nkp * R; x++) s[x] = -INFINITY;
+    softmax_packed(g, s, nkp, R, m, l, alpha);
+    return ld;
+}
+
 /* The keys [j0, j1) of sequence b with the row kernels (rowk): per block the row
    addresses of KV head 0 (page by page), the next block prefetched, then per KV head the
    scores, their pipeline and softmax, and P V. On a partly masked block each row's P V
@@ -307,40 +361,34 @@ static void run_rows(const dec_geom *g, const fa_seq *sq, int64_t b, int64_t j0,
     const fa_problem *p = g->p;
     const int nr = (int)g->nr;
     const int64_t ldq = g->ldq, step = g->partsz * g->nsplit;
-    const size_t ksz = fa_dtype_size(p->k.dtype), vsz = fa_dtype_size(p->v.dtype);
-    const int64_t koff = p->k.stride[2] * (int64_t)ksz, voff = p->v.stride[2] * (int64_t)vsz;
+    const int64_t voff = p->v.stride[2] * (int64_t)fa_dtype_size(p->v.dtype);
+    int64_t lds = ldq;
     for (int64_t jb = j0; jb < j1; jb += g->bk) {
         int nk = (int)(j1 - jb < g->bk ? j1 - jb : g->bk);
         int full = 1;
         for (int r = 0; r < nr && full; r++)
             if (w->lo[r] > jb || w->hi[r] < jb + nk) full = 0;
         for (int j = 0; j < nk; j++) {
-            w->rk[j] = kv_row(p, &p->k, sq, b, jb + j, 0, ksz);
-            w->rv[j] = kv_row(p, &p->v, sq, b, jb + j, 0, vsz);
+            w->rk[j] = kv_row(p, &p->k, sq, b, jb + j, 0, fa_dtype_size(p->k.dtype));
+            w->rv[j] = kv_row(p, &p->v, sq, b, jb + j, 0, fa_dtype_size(p->v.dtype));
         }
         load_rows(g, &p->k, g->dqk, g->ldk, sq, b, jb, nk, j1, NULL, 0);
-        for (int64_t hk = 0; hk < g->hkv; hk++) {
-            float *s = w->s + hk * g->bk * ldq, *m = mine + step * hk + g->nr * g->ldv;
-            fa_cpu_decode_qk_avx512(s, ldq, w->qr + hk * ldq * g->ldk, g->ldk, nr, w->rk,
-                                    hk * koff, nk, g->dqk, g->kdt);
-            if (g->slow)
-                fa_cpu_score_pass(p, sq, b, s, nk, nr, ldq, jb, w->hr + hk * ldq, w->ir, NULL);
-            if (!full) fa_cpu_mask_pass(s, nk, nr, ldq, jb, w->lo, w->hi);
-            g->K->softmax_fwd(s, nk, nr, ldq, g->sc, m, m + ldq, w->alpha + hk * ldq);
-        }
+        for (int64_t hk = 0; hk < g->hkv; hk++)
+            lds = head_scores(g, sq, b, hk, jb, nk, full, w, w->s + hk * g->bk * ldq,
+                              mine + step * hk + g->nr * g->ldv);
         load_rows(g, &p->v, g->dv, g->ldv, sq, b, jb, nk, j1, NULL, 0);
         for (int64_t hk = 0; hk < g->hkv; hk++) {
             const float *s = w->s + hk * g->bk * ldq, *al = w->alpha + hk * ldq;
             float *o = mine + step * hk;
             if (full) {
-                fa_cpu_decode_pv_avx512(o, g->ldv, al, s, ldq, 0, nr, w->rv, hk * voff, 0, nk,
+                fa_cpu_decode_pv_avx512(o, g->ldv, al, s, lds, 0, nr, w->rv, hk * voff, 0, nk,
                                         g->dv, g->vdt);
                 continue;
             }
             for (int r = 0; r < nr; r++) {
                 int64_t a = w->lo[r] > jb ? w->lo[r] - jb : 0;
                 int64_t e = w->hi[r] < jb + nk ? w->hi[r] - jb : nk;
-                fa_cpu_decode_pv_avx512(o, g->ldv, al, s, ldq, r, 1, w->rv, hk * voff, (int)a,
+                fa_cpu_decode_pv_avx512(o, g->ldv, al, s, lds, r, 1, w->rv, hk * voff, (int)a,
                                         (int)(e > a ? e : a), g->dv, g->vdt);
             }
         }

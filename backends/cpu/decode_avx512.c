@@ -12,6 +12,7 @@
  */
 #include "config.h"
 #include <immintrin.h>
+#include <math.h>
 #include <stdint.h>
 #include "decode_kernels.h"
 #include "kernels_shared512.h"
@@ -118,8 +119,13 @@ AI void qk_group(float *s, int64_t lds, const float *q, int64_t ldq, int r0, int
             }
         }
     }
+    __m512 sum = hsum16(acc);
+    if (lds == R && r0 == 0 && j0 + kc <= nk) {   /* packed S^T: 16 consecutive scores */
+        _mm512_storeu_ps(s + (int64_t)j0 * R, sum);
+        return;
+    }
     float out[16] __attribute__((aligned(64)));
-    _mm512_store_ps(out, hsum16(acc));
+    _mm512_store_ps(out, sum);
     for (int x = 0; x < kc && j0 + x < nk; x++)
         #pragma GCC unroll 16
         for (int r = 0; r < R; r++) s[(int64_t)(j0 + x) * lds + r0 + r] = out[x * R + r];
@@ -218,6 +224,18 @@ void fa_cpu_decode_pv_avx512(float *o, int64_t ldo, const float *alpha, const fl
     if (dt == FA_CPU_DEC_F32) pv_dt(o, ldo, alpha, s, lds, r0, nr, rows, off, ka, ke, dv, FA_CPU_DEC_F32);
     else if (dt == FA_CPU_DEC_F16) pv_dt(o, ldo, alpha, s, lds, r0, nr, rows, off, ka, ke, dv, FA_CPU_DEC_F16);
     else pv_dt(o, ldo, alpha, s, lds, r0, nr, rows, off, ka, ke, dv, FA_CPU_DEC_BF16);
+}
+
+void fa_cpu_decode_colmax_avx512(const float *s, int nv, float sc, float *mx)
+{
+    __m512 a = _mm512_set1_ps(-INFINITY), b = a, vs = _mm512_set1_ps(sc);
+    int v = 0;
+    for (; v + 1 < nv; v += 2) {
+        a = _mm512_max_ps(a, _mm512_mul_ps(_mm512_loadu_ps(s + 16 * v), vs));
+        b = _mm512_max_ps(b, _mm512_mul_ps(_mm512_loadu_ps(s + 16 * v + 16), vs));
+    }
+    if (v < nv) a = _mm512_max_ps(a, _mm512_mul_ps(_mm512_loadu_ps(s + 16 * v), vs));
+    _mm512_storeu_ps(mx, _mm512_max_ps(a, b));
 }
 
 /* Natural order <-> paired order (per 32: the even elements, then the odd ones). */

@@ -32,6 +32,10 @@ void fa_cpu_decode_pv_avx512(float *o, int64_t ldo, const float *alpha, const fl
                              int64_t lds, int r0, int nr, const char *const *rows, int64_t off,
                              int ka, int ke, int64_t dv, int dt);
 
+/* mx[c] = max over v < nv of s[16 v + c] * sc, c < 16 (vmaxps: a NaN score may or may not
+   win, as in softmax_fwd). */
+void fa_cpu_decode_colmax_avx512(const float *s, int nv, float sc, float *mx);
+
 /* rows x d (a multiple of 32) fp32, ld apart: natural order -> paired order, and back. */
 void fa_cpu_decode_pair_avx512(float *x, int64_t ld, int rows, int64_t d);
 void fa_cpu_decode_unpair_avx512(float *x, int64_t ld, int rows, int64_t d);
