@@ -1,12 +1,19 @@
 /* decode.c - the CPU decode path: fa_forward_kvcache (or fa_forward, whose fa_query then
- * names it) with at most 16 new tokens per sequence against a long cache. The work is reading K and V once; this path keeps the
- * cores busy on that and reads each K/V row once per pass, in memory order:
+ * names it) with at most 16 new tokens per sequence against a long cache. The work is
+ * reading K and V once; this path keeps the cores busy on that and reads each K/V row once
+ * per pass, in memory order:
  *
  *   task = (sequence b, key split s)                 [OpenMP, dynamic]
  *     rows = per KV head, its group's query heads x the new tokens (H/Hkv * Sq <= 128),
  *            packed into one block of Q rows, so each K/V row serves every query head of its
  *            group
- *     for each block of bk keys of the split some row sees:
+ *     for each block of bk keys of the split some row sees, with the row kernels
+ *     (run_rows: AVX-512, d_qk and d_v multiples of 32):
+ *       the block's row addresses (page by page); the next block's rows prefetched
+ *       per KV head: S^T straight from the K rows (decode_avx512.c; packed, ld = rows, for
+ *            up to 16 rows), score pipeline and mask, online softmax
+ *       per KV head: O = alpha O + P V straight from the V rows
+ *     or else:
  *       K rows of every KV head -> fp32 [hkv][bk][ldk]   key by key: the heads of a key
  *            are adjacent in [.., S, Hkv, d], so the block is one stream (page by page
  *            through the block table); rows DEC_PF keys ahead prefetched
@@ -136,7 +143,8 @@ static dec_scratch scratch_at(const dec_geom *g, float *base)
 }
 
 /* Rows of every KV head: query, visible keys (the same for each head), head; Q rows
-   fp32 [nr][ldk] per head (ldq rows apart; paired order against a bf16 cache with rowk); m, l, O start (the sink enters with split 0). [*j0, *j1):
+   fp32 [nr][ldk] per head, ldq rows apart (with rowk: paired order against a bf16 cache,
+   bf16 rows for BF16DOT); m, l, O start (the sink enters with split 0). [*j0, *j1):
    the split's keys some row sees. part(hk) is the partial of head hk. */
 static int task_rows(const dec_geom *g, const fa_seq *sq, float *parts, int split,
                      dec_scratch *w, int64_t *j0, int64_t *j1)
@@ -176,8 +184,10 @@ static int task_rows(const dec_geom *g, const fa_seq *sq, float *parts, int spli
         const int64_t *hr = w->hr + hk * g->ldq;
         float *q = w->qr + hk * g->ldq * g->ldk;
         for (int r = 0; r < nr; r++) {
-            const char *src = (const char *)p->q.data + fa_qrow(&p->q, sq, w->ir[r], hr[r]) * (int64_t)qsz;
-            if (g->rowk && g->kdt == FA_CPU_DEC_BF16DOT) memcpy(q + r * g->ldk, src, (size_t)g->dqk * qsz);
+            const char *src = (const char *)p->q.data +
+                              fa_qrow(&p->q, sq, w->ir[r], hr[r]) * (int64_t)qsz;
+            if (g->rowk && g->kdt == FA_CPU_DEC_BF16DOT)
+                memcpy(q + r * g->ldk, src, (size_t)g->dqk * qsz);
             else g->K->cvt_in(q + r * g->ldk, src, g->dqk, p->q.dtype);
         }
 #ifdef FA_HAVE_AVX512

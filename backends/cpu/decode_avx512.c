@@ -103,7 +103,8 @@ AI void qk_group(float *s, int64_t lds, const float *q, int64_t ldq, int r0, int
                 __m512 kx = _mm512_loadu_ps((const uint16_t *)kr[x] + c);
                 #pragma GCC unroll 16
                 for (int r = 0; r < R; r++) {
-                    __m512 qx = _mm512_loadu_ps((const uint16_t *)(q + (int64_t)(r0 + r) * ldq) + c);
+                    const uint16_t *qr = (const uint16_t *)(q + (int64_t)(r0 + r) * ldq);
+                    __m512 qx = _mm512_loadu_ps(qr + c);
                     acc[x * R + r] = _mm512_dpbf16_ps(acc[x * R + r], (__m512bh)kx, (__m512bh)qx);
                 }
                 continue;
@@ -134,7 +135,8 @@ AI void qk_group(float *s, int64_t lds, const float *q, int64_t ldq, int r0, int
 AI void qk_rows(float *s, int64_t lds, const float *q, int64_t ldq, int r0, int R,
                 const char *const *rows, int64_t off, int nk, int64_t d, int dt)
 {
-    for (int j0 = 0; j0 < nk; j0 += 16 / R) qk_group(s, lds, q, ldq, r0, R, rows, off, j0, nk, d, dt);
+    for (int j0 = 0; j0 < nk; j0 += 16 / R)
+        qk_group(s, lds, q, ldq, r0, R, rows, off, j0, nk, d, dt);
 }
 
 AI void qk_dt(float *s, int64_t lds, const float *q, int64_t ldq, int nr,
@@ -156,7 +158,8 @@ void fa_cpu_decode_qk_avx512(float *s, int64_t lds, const float *q, int64_t ldq,
     if (dt == FA_CPU_DEC_F32) qk_dt(s, lds, q, ldq, nr, rows, off, nk, d, FA_CPU_DEC_F32);
     else if (dt == FA_CPU_DEC_F16) qk_dt(s, lds, q, ldq, nr, rows, off, nk, d, FA_CPU_DEC_F16);
 #ifdef FA_HAVE_AVX512BF16
-    else if (dt == FA_CPU_DEC_BF16DOT) qk_dt(s, lds, q, ldq, nr, rows, off, nk, d, FA_CPU_DEC_BF16DOT);
+    else if (dt == FA_CPU_DEC_BF16DOT)
+        qk_dt(s, lds, q, ldq, nr, rows, off, nk, d, FA_CPU_DEC_BF16DOT);
 #endif
     else qk_dt(s, lds, q, ldq, nr, rows, off, nk, d, FA_CPU_DEC_BF16);
 }
@@ -173,7 +176,7 @@ AI void pv_tile(float *o, int64_t ldo, const float *alpha, const float *s, int64
         __m512 al = _mm512_set1_ps(alpha[r0 + r]);
         #pragma GCC unroll 16
         for (int x = 0; x < 2 * C; x++)
-            acc[r][x] = _mm512_mul_ps(al, _mm512_loadu_ps(o + (int64_t)(r0 + r) * ldo + c0 + 16 * x));
+            acc[r][x] = _mm512_mul_ps(al, _mm512_loadu_ps(o + (r0 + r) * ldo + c0 + 16 * x));
     }
     for (int j = ka; j < ke; j++) {
         const char *vr = rows[j] + off;
@@ -201,7 +204,8 @@ AI void pv_rows(float *o, int64_t ldo, const float *alpha, const float *s, int64
                 int R, const char *const *rows, int64_t off, int ka, int ke, int64_t dv, int dt)
 {
     int64_t c0 = 0;
-    for (; c0 + 64 <= dv; c0 += 64) pv_tile(o, ldo, alpha, s, lds, r0, R, c0, 2, rows, off, ka, ke, dt);
+    for (; c0 + 64 <= dv; c0 += 64)
+        pv_tile(o, ldo, alpha, s, lds, r0, R, c0, 2, rows, off, ka, ke, dt);
     if (c0 < dv) pv_tile(o, ldo, alpha, s, lds, r0, R, c0, 1, rows, off, ka, ke, dt);
 }
 
@@ -221,9 +225,12 @@ void fa_cpu_decode_pv_avx512(float *o, int64_t ldo, const float *alpha, const fl
                              int64_t lds, int r0, int nr, const char *const *rows, int64_t off,
                              int ka, int ke, int64_t dv, int dt)
 {
-    if (dt == FA_CPU_DEC_F32) pv_dt(o, ldo, alpha, s, lds, r0, nr, rows, off, ka, ke, dv, FA_CPU_DEC_F32);
-    else if (dt == FA_CPU_DEC_F16) pv_dt(o, ldo, alpha, s, lds, r0, nr, rows, off, ka, ke, dv, FA_CPU_DEC_F16);
-    else pv_dt(o, ldo, alpha, s, lds, r0, nr, rows, off, ka, ke, dv, FA_CPU_DEC_BF16);
+    if (dt == FA_CPU_DEC_F32)
+        pv_dt(o, ldo, alpha, s, lds, r0, nr, rows, off, ka, ke, dv, FA_CPU_DEC_F32);
+    else if (dt == FA_CPU_DEC_F16)
+        pv_dt(o, ldo, alpha, s, lds, r0, nr, rows, off, ka, ke, dv, FA_CPU_DEC_F16);
+    else
+        pv_dt(o, ldo, alpha, s, lds, r0, nr, rows, off, ka, ke, dv, FA_CPU_DEC_BF16);
 }
 
 void fa_cpu_decode_colmax_avx512(const float *s, int nv, float sc, float *mx)
