@@ -1,6 +1,6 @@
 /* decode.c - flashattn-bench --mode decode: fa_forward_kvcache with one new token per
- * sequence against a long cache (GQA 32:8, d = 128; B = 8 x 8k and B = 1 x 64k; fp32
- * and bf16), where the work is reading the cache. Each cell prints the K and V bytes the
+ * sequence against a long cache (GQA 32:8, d = 128; B = 8 x 8k and B = 1 x 64k; fp32,
+ * bf16 and fp16), where the work is reading the cache. Each cell prints the K and V bytes the
  * call must read once per second, a read loop's bytes per second (a vectorized sum over
  * a buffer larger than L3, on the same threads), measured in alternating rounds in this
  * run, and their ratio; medians of the rounds. The output is checked against the oracle
@@ -17,6 +17,7 @@ typedef struct { int64_t B, S; fa_dtype dt; } decode_cell;
 
 static const decode_cell cells[] = {
     { 8, 8192, FA_F32 }, { 1, 65536, FA_F32 }, { 8, 8192, FA_BF16 }, { 1, 65536, FA_BF16 },
+    { 8, 8192, FA_F16 }, { 1, 65536, FA_F16 },
 };
 #define NCELLS (int)(sizeof cells / sizeof cells[0])
 

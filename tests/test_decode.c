@@ -6,7 +6,8 @@
  *
  * Cases: page sizes 1, 3, 16, 256 and contiguous; GQA groups 1, 4, 8; new tokens 1-16;
  * split counts 1 to 64 (batch x KV heads against cache lengths); fp32, fp16, bf16 caches;
- * causal both alignments, windows, softcap, ALiBi, sinks, lse and none; d_qk != d_v.
+ * causal both alignments, windows, softcap, ALiBi, sinks, lse and none; d_qk != d_v; the
+ * AVX-512 row kernels' shapes (1-16 and 40 rows per KV head, d 96/128) and an Inf in V.
  * fa_query names the decode path for the shape (fa_forward's dense form) and the reason
  * for the calls it leaves to the loop nest (bias, dropout, too many rows).
  */
@@ -28,6 +29,7 @@ typedef struct {
     fa_causal causal; int window; int64_t wl, wr;
     float softcap;
     int alibi, sinks, no_lse;
+    int inf_v;                /* V of sequence 0's last new token, head 0, column 1 = +Inf */
     uint64_t seed;
 } dc_case;
 
@@ -80,6 +82,7 @@ static void dc_make(const dc_case *dc, dc_data *d)
         d->kn = tu_buf_new(dc->dt, B, dc->s_new, Hkv, dc->dqk, TL_CONTIG);
         d->vn = tu_buf_new(dc->dt, B, dc->s_new, Hkv, dc->dv, TL_CONTIG);
         tu_fill(d->kn, &rng, 1.0); tu_fill(d->vn, &rng, 1.0);
+        if (dc->inf_v) tu_set(d->vn, 0, dc->s_new - 1, 0, 1, INFINITY);
     }
     for (int64_t h = 0; h < H; h++) {
         d->slopes[h] = (float)exp2(-8.0 * (double)(h + 1) / (double)H);
@@ -288,6 +291,30 @@ START_TEST(test_decode_splits)
 }
 END_TEST
 
+/* The row kernels (AVX-512, d_qk and d_v multiples of 32): rows per KV head 1-16 (packed
+   scores, padded to a power of two) and over 16; d = 96, 128; an Inf in V that only the
+   last query row sees (a partly masked block: the other rows stay finite); d_qk = 48
+   (not a multiple of 32: the K^T path). */
+START_TEST(test_decode_rows)
+{
+    dc_case c = dc_base("decode-rows", 5500 + (uint64_t)_i);
+    c.dqk = c.dv = 128;
+    switch (_i) {
+    case 0: c.dt = FA_F16; break;                                          /* 4 rows */
+    case 1: c.dt = FA_BF16; c.H = 16; c.Sq = 2; c.page_size = 16; break;   /* 16 */
+    case 2: c.H = 2; c.Sq = 3; c.page_size = 3; break;                     /* 3 -> 4 */
+    case 3: c.dt = FA_BF16; c.Sq = 5; c.H = 16; c.dqk = c.dv = 64; break;  /* 40 */
+    case 4: c.dt = FA_F16; c.H = 4; c.dqk = c.dv = 96; c.odt = FA_F32; break;   /* 2 */
+    case 5: c.H = 8; c.Sq = 3; c.dt = FA_F16; c.window = 1; c.wl = 90; c.wr = 0; break;
+    case 6: c.tag = "decode-inf-v"; c.Sq = 4; c.s_new = 4; c.inf_v = 1; break;
+    case 7: c.tag = "decode-inf-v"; c.Sq = 4; c.s_new = 4; c.inf_v = 1; c.dt = FA_BF16;
+        c.page_size = 1; break;
+    case 8: c.dt = FA_BF16; c.dqk = 48; c.dv = 64; c.page_size = 16; break;
+    }
+    dc_run(&c);
+}
+END_TEST
+
 START_TEST(test_decode_features)
 {
     dc_case c = dc_base("", 5300 + (uint64_t)_i);
@@ -348,6 +375,7 @@ int main(void)
     LOOP(test_decode_groups, 9, 120);
     LOOP(test_decode_splits, 5, 240);
     LOOP(test_decode_features, 13, 120);
+    LOOP(test_decode_rows, 9, 120);
     TU_ADD(s, test_decode_fallback_names, 60);
     return tu_main(s);
 }

@@ -1,12 +1,19 @@
 /* decode.c - the CPU decode path: fa_forward_kvcache (or fa_forward, whose fa_query then
- * names it) with at most 16 new tokens per sequence against a long cache. The work is reading K and V once; this path keeps the
- * cores busy on that and reads each K/V row once per pass, in memory order:
+ * names it) with at most 16 new tokens per sequence against a long cache. The work is
+ * reading K and V once; this path keeps the cores busy on that and reads each K/V row once
+ * per pass, in memory order:
  *
  *   task = (sequence b, key split s)                 [OpenMP, dynamic]
  *     rows = per KV head, its group's query heads x the new tokens (H/Hkv * Sq <= 128),
  *            packed into one block of Q rows, so each K/V row serves every query head of its
  *            group
- *     for each block of bk keys of the split some row sees:
+ *     for each block of bk keys of the split some row sees, with the row kernels
+ *     (run_rows: AVX-512, d_qk and d_v multiples of 32):
+ *       the block's row addresses (page by page); the next block's rows prefetched
+ *       per KV head: S^T straight from the K rows (decode_avx512.c; packed, ld = rows, for
+ *            up to 16 rows), score pipeline and mask, online softmax
+ *       per KV head: O = alpha O + P V straight from the V rows
+ *     or else:
  *       K rows of every KV head -> fp32 [hkv][bk][ldk]   key by key: the heads of a key
  *            are adjacent in [.., S, Hkv, d], so the block is one stream (page by page
  *            through the block table); rows DEC_PF keys ahead prefetched
@@ -78,6 +85,8 @@ typedef struct {
     int64_t sq, nr, ldq, ldk, ldv, ldb, dqk, dv, hkv;
     int nsplit, slow, bk;
     int kt16;         /* bf16/fp16 K straight into K^T (decode_avx512.c) */
+    int rowk;         /* scores and P V straight from the cache rows (decode_avx512.c) */
+    int kdt, vdt;     /* their element types (FA_CPU_DEC_*) */
     float sc;
     int64_t partsz;   /* floats of one partial: O [nr][ldv], m [ldq], l [ldq] */
 } dec_geom;
@@ -86,6 +95,7 @@ typedef struct {
 typedef struct {
     float *qr, *kt, *sr, *s, *kc, *vc, *alpha, *row;
     int64_t *hr, *ir, *lo, *hi;
+    const char **rk, **rv;   /* the block's K and V rows of KV head 0 (rowk) */
 } dec_scratch;
 
 /* Keys per block: the block's K and V rows of every KV head (fp32) within ~512 KiB, so
@@ -100,10 +110,15 @@ static int block_keys(const fa_problem *p, int64_t ldk, int64_t ldv)
     return (int)bk;
 }
 
+static int dec_type(fa_dtype t)
+{
+    return t == FA_BF16 ? FA_CPU_DEC_BF16 : t == FA_F16 ? FA_CPU_DEC_F16 : FA_CPU_DEC_F32;
+}
+
 static int64_t scratch_floats(const dec_geom *g)
 {
-    return g->hkv * (g->nr * g->ldk + g->bk * (g->ldq + g->ldk + g->ldv) + g->ldq + 2 * g->ldq) +
-           (g->dqk + g->ldq) * g->ldb + fa_cpu_pad(g->dv) + 3 * 2 * g->ldq;
+    return g->hkv * (g->ldq * g->ldk + g->bk * (g->ldq + g->ldk + g->ldv) + g->ldq + 2 * g->ldq) +
+           (g->dqk + g->ldq) * g->ldb + fa_cpu_pad(g->dv) + 3 * 2 * g->ldq + 2 * 2 * g->bk;
 }
 
 static dec_scratch scratch_at(const dec_geom *g, float *base)
@@ -111,7 +126,7 @@ static dec_scratch scratch_at(const dec_geom *g, float *base)
     dec_scratch w;
     const int64_t n = g->hkv;
     memset(base, 0, sizeof(float) * (size_t)scratch_floats(g));
-    w.qr = base; base += n * g->nr * g->ldk;
+    w.qr = base; base += n * g->ldq * g->ldk;
     w.s = base; base += n * g->bk * g->ldq;
     w.kc = base; base += n * g->bk * g->ldk;
     w.vc = base; base += n * g->bk * g->ldv;
@@ -122,11 +137,14 @@ static dec_scratch scratch_at(const dec_geom *g, float *base)
     int64_t *ib = (int64_t *)base;
     w.hr = ib; ib += n * g->ldq;
     w.ir = ib; w.lo = ib + g->ldq; w.hi = ib + 2 * g->ldq;
+    ib += 3 * g->ldq;
+    w.rk = (const char **)ib; w.rv = w.rk + g->bk;
     return w;
 }
 
 /* Rows of every KV head: query, visible keys (the same for each head), head; Q rows
-   fp32 [nr][ldk] per head; m, l, O start (the sink enters with split 0). [*j0, *j1):
+   fp32 [nr][ldk] per head, ldq rows apart (with rowk: paired order against a bf16 cache,
+   bf16 rows for BF16DOT); m, l, O start (the sink enters with split 0). [*j0, *j1):
    the split's keys some row sees. part(hk) is the partial of head hk. */
 static int task_rows(const dec_geom *g, const fa_seq *sq, float *parts, int split,
                      dec_scratch *w, int64_t *j0, int64_t *j1)
@@ -164,9 +182,17 @@ static int task_rows(const dec_geom *g, const fa_seq *sq, float *parts, int spli
     size_t qsz = fa_dtype_size(p->q.dtype);
     for (int64_t hk = 0; hk < g->hkv; hk++) {
         const int64_t *hr = w->hr + hk * g->ldq;
-        for (int r = 0; r < nr; r++)
-            g->K->cvt_in(w->qr + (hk * g->nr + r) * g->ldk, (const char *)p->q.data +
-                         fa_qrow(&p->q, sq, w->ir[r], hr[r]) * (int64_t)qsz, g->dqk, p->q.dtype);
+        float *q = w->qr + hk * g->ldq * g->ldk;
+        for (int r = 0; r < nr; r++) {
+            const char *src = (const char *)p->q.data +
+                              fa_qrow(&p->q, sq, w->ir[r], hr[r]) * (int64_t)qsz;
+            if (g->rowk && g->kdt == FA_CPU_DEC_BF16DOT)
+                memcpy(q + r * g->ldk, src, (size_t)g->dqk * qsz);
+            else g->K->cvt_in(q + r * g->ldk, src, g->dqk, p->q.dtype);
+        }
+#ifdef FA_HAVE_AVX512
+        if (g->rowk && g->kdt == FA_CPU_DEC_BF16) fa_cpu_decode_pair_avx512(q, g->ldk, nr, g->dqk);
+#endif
     }
     return 1;
 }
@@ -275,10 +301,113 @@ static void scores(const dec_geom *g, dec_scratch *w, int64_t hk, const void *k,
 #endif
         fa_cpu_transpose_f32(g->K, w->kt, g->ldb, (const float *)k, ld, nk, g->dqk);
     (void)kt16;
-    g->K->gemm_rowA((int)g->nr, nk, (int)g->dqk, w->qr + hk * g->nr * g->ldk, g->ldk, w->kt,
+    g->K->gemm_rowA((int)g->nr, nk, (int)g->dqk, w->qr + hk * g->ldq * g->ldk, g->ldk, w->kt,
                     g->ldb, w->sr, g->ldb, 0);
     fa_cpu_transpose_f32(g->K, s, g->ldq, w->sr, g->ldb, (int)g->nr, nk);
 }
+
+#ifdef FA_HAVE_AVX512
+/* The online softmax of R <= 16 rows (R a power of two) whose S^T is packed, ld = R:
+   nkp keys (nkp * R a multiple of 16), seen by softmax_fwd as nkp * R / 16 keys of 16
+   columns (column c: row c % R). Every column of a row starts from the row's new max, so
+   their exps share one reference; their sums add up to the row's, and alpha = exp(m -
+   new max) once per row. */
+static void softmax_packed(const dec_geom *g, float *s, int nkp, int R, float *m, float *l,
+                           float *alpha)
+{
+    float bm[16], mt[16], lt[16], at[16];
+    const int nv = nkp * R / 16;
+    fa_cpu_decode_colmax_avx512(s, nv, g->sc, bm);
+    for (int c = 0; c < 16; c++) {
+        mt[c] = m[c % R];
+        for (int x = c % R; x < 16; x += R) mt[c] = bm[x] > mt[c] ? bm[x] : mt[c];
+        lt[c] = 0.0f;
+    }
+    g->K->softmax_fwd(s, nv, 16, 16, g->sc, mt, lt, at);
+    for (int r = 0; r < R; r++) {
+        float mu = mt[r] == -INFINITY ? 0.0f : mt[r], sum = 0.0f;
+        for (int x = r; x < 16; x += R) sum += lt[x];
+        alpha[r] = expf(m[r] - mu);
+        l[r] = l[r] * alpha[r] + sum;
+        m[r] = mt[r];
+    }
+}
+
+/* Scores of KV head hk's rows against the block's nk keys (rows w->rk), their pipeline,
+   mask and online softmax: P in s, S^T ld = R (packed, nr <= 16: R = nr rounded up to a
+   power of two, keys to nkp) or ldq. Returns the ld. */
+static int64_t head_scores(const dec_geom *g, const fa_seq *sq, int64_t b, int64_t hk,
+                           int64_t jb, int nk, int full, dec_scratch *w, float *s, float *m)
+{
+    const fa_problem *p = g->p;
+    const int nr = (int)g->nr;
+    int R = 1;
+    while (R < nr) R *= 2;
+    const int packed = nr <= 16;
+    const int64_t ld = packed ? R : g->ldq;
+    fa_cpu_decode_qk_avx512(s, ld, w->qr + hk * g->ldq * g->ldk, g->ldk, nr, w->rk,
+                            hk * p->k.stride[2] * (int64_t)fa_dtype_size(p->k.dtype), nk,
+                            g->dqk, g->kdt);
+    if (g->slow) fa_cpu_score_pass(p, sq, b, s, nk, nr, ld, jb, w->hr + hk * g->ldq, w->ir, NULL);
+    if (!full) fa_cpu_mask_pass(s, nk, nr, ld, jb, w->lo, w->hi);
+    float *l = m + g->ldq, *alpha = w->alpha + hk * g->ldq;
+    if (!packed) {
+        g->K->softmax_fwd(s, nk, nr, ld, g->sc, m, l, alpha);
+        return ld;
+    }
+    int nkp = (nk * R + 15) / 16 * 16 / R;
+    for (int64_t x = (int64_t)nk * R; x < (int64_t)nkp * R; x++) s[x] = -INFINITY;
+    softmax_packed(g, s, nkp, R, m, l, alpha);
+    return ld;
+}
+
+/* The keys [j0, j1) of sequence b with the row kernels (rowk): per block the row
+   addresses of KV head 0 (page by page), the next block prefetched, then per KV head the
+   scores, their pipeline and softmax, and P V. On a partly masked block each row's P V
+   runs over its own keys only (0 * Inf would reach rows that do not see a key). */
+static void run_rows(const dec_geom *g, const fa_seq *sq, int64_t b, int64_t j0, int64_t j1,
+                     dec_scratch *w, float *mine)
+{
+    const fa_problem *p = g->p;
+    const int nr = (int)g->nr;
+    const int64_t ldq = g->ldq, step = g->partsz * g->nsplit;
+    const int64_t voff = p->v.stride[2] * (int64_t)fa_dtype_size(p->v.dtype);
+    int64_t lds = ldq;
+    for (int64_t jb = j0; jb < j1; jb += g->bk) {
+        int nk = (int)(j1 - jb < g->bk ? j1 - jb : g->bk);
+        int full = 1;
+        for (int r = 0; r < nr && full; r++)
+            if (w->lo[r] > jb || w->hi[r] < jb + nk) full = 0;
+        for (int j = 0; j < nk; j++) {
+            w->rk[j] = kv_row(p, &p->k, sq, b, jb + j, 0, fa_dtype_size(p->k.dtype));
+            w->rv[j] = kv_row(p, &p->v, sq, b, jb + j, 0, fa_dtype_size(p->v.dtype));
+        }
+        load_rows(g, &p->k, g->dqk, g->ldk, sq, b, jb, nk, j1, NULL, 0);
+        for (int64_t hk = 0; hk < g->hkv; hk++)
+            lds = head_scores(g, sq, b, hk, jb, nk, full, w, w->s + hk * g->bk * ldq,
+                              mine + step * hk + g->nr * g->ldv);
+        load_rows(g, &p->v, g->dv, g->ldv, sq, b, jb, nk, j1, NULL, 0);
+        for (int64_t hk = 0; hk < g->hkv; hk++) {
+            const float *s = w->s + hk * g->bk * ldq, *al = w->alpha + hk * ldq;
+            float *o = mine + step * hk;
+            if (full) {
+                fa_cpu_decode_pv_avx512(o, g->ldv, al, s, lds, 0, nr, w->rv, hk * voff, 0, nk,
+                                        g->dv, g->vdt);
+                continue;
+            }
+            for (int r = 0; r < nr; r++) {
+                int64_t a = w->lo[r] > jb ? w->lo[r] - jb : 0;
+                int64_t e = w->hi[r] < jb + nk ? w->hi[r] - jb : nk;
+                fa_cpu_decode_pv_avx512(o, g->ldv, al, s, lds, r, 1, w->rv, hk * voff, (int)a,
+                                        (int)(e > a ? e : a), g->dv, g->vdt);
+            }
+        }
+    }
+    if (g->vdt == FA_CPU_DEC_BF16)
+        for (int64_t hk = 0; hk < g->hkv; hk++)
+            fa_cpu_decode_unpair_avx512(mine + step * hk, g->ldv, nr, g->dv);
+}
+#endif
 
 /* Split `split` of sequence b, every KV head: the unnormalised O, m and l of its rows
    into the heads' partials (parts: head 0's, split 0; heads nsplit partials apart). */
@@ -289,6 +418,12 @@ static void run_task(const dec_geom *g, int64_t b, int split, dec_scratch *w, fl
     int64_t j0, j1;
     float *mine = parts + g->partsz * split;
     if (!task_rows(g, &sq, mine, split, w, &j0, &j1)) return;
+#ifdef FA_HAVE_AVX512
+    if (g->rowk) {
+        run_rows(g, &sq, b, j0, j1, w, mine);
+        return;
+    }
+#endif
     const int nr = (int)g->nr;
     const int64_t ldq = g->ldq, step = g->partsz * g->nsplit;
     for (int64_t jb = j0; jb < j1; jb += g->bk) {
@@ -379,6 +514,9 @@ fa_status fa_cpu_decode(fa_context *ctx, const fa_problem *p)
     g.ldb = fa_cpu_ld(g.bk);
     g.nsplit = fa_cpu_decode_splits(p);
     g.kt16 = st->isa >= FA_CPU_AVX512 && (p->k.dtype == FA_BF16 || p->k.dtype == FA_F16);
+    g.kdt = p->k.dtype == FA_BF16 && st->bf16dot ? FA_CPU_DEC_BF16DOT : dec_type(p->k.dtype);
+    g.vdt = dec_type(p->v.dtype);
+    g.rowk = st->isa >= FA_CPU_AVX512 && p->dqk % 32 == 0 && p->dv % 32 == 0;
     g.slow = fa_cpu_slow_scores(p);
     g.sc = g.slow ? 1.0f : p->scale;
     g.partsz = fa_sz_pad(fa_sz_add(fa_sz_mul(g.nr, g.ldv, &ovf), 2 * g.ldq, &ovf), &ovf);
