@@ -114,8 +114,9 @@ def test_values_and_grads(device, case):
     if TORCH_SDPA is not None and not (kw["is_causal"] and mask is not None) and (
             TORCH_GQA or not kw["enable_gqa"]):
         args = {a: b for a, b in kw.items() if b is not None and b is not False}
-        if "attn_mask" in args:   # torch's CUDA kernels want a mask with unit last stride
-            args["attn_mask"] = args["attn_mask"].contiguous()
+        if "attn_mask" in args:   # torch's CUDA kernels want a mask with unit last stride:
+            # broadcast to [B, H, L, S] first ([L, 1] would keep a 0 last stride)
+            args["attn_mask"] = torch.broadcast_to(args["attn_mask"], (B, H, L, S)).contiguous()
         theirs = TORCH_SDPA(q.detach(), k.detach(), v.detach(), **args)
         o.check("torch's own out", O.OUT, out_rows(theirs))
 
