@@ -39,8 +39,10 @@
  * rows, heads, columns]; a box is min(page size, BN) rows, which the host requires to be a
  * multiple of 8 that divides BN or is a multiple of it, so that every box starts on the
  * swizzle's 8-row period and stays within its page); its partial tile is copied row by row
- * through the block table. Other page sizes stay on forward.cuh, and the host falls back to
- * that kernel when a tensor map cannot be encoded.
+ * through the block table. That code is compiled only into the PAGED instantiations, so the
+ * kernels of the other layouts are the same machine code as without it. Other page sizes
+ * stay on forward.cuh, and the host falls back to that kernel when a tensor map cannot be
+ * encoded.
  */
 #ifndef FA_CUDA_SM90_FORWARD_WS_CUH
 #define FA_CUDA_SM90_FORWARD_WS_CUH
@@ -78,7 +80,7 @@ __device__ __forceinline__ bool fa_ws_block(const fa_cu_fwd &p, fa_fwd_block &fb
 #define FA_FWS_BAR_SCHED 1   /* + cw: named barriers of the ping-pong (0 is __syncthreads) */
 #define FA_FWS_PP_MIN_KEYS 4096   /* a work tile's keys from which it takes turns */
 
-template <typename T, int D, int BM_, int BN_>
+template <typename T, int D, int BM_, int BN_, bool PAGED>
 __global__ void __launch_bounds__(fa_fwd_ws_nt(BM_), 1)
     fa_fwd_ws_kernel(const fa_cu_fwd p, const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                      const __grid_constant__ CUtensorMap tm_v, const int ntiles, int *const tickets, const uint32_t v_lbo,
@@ -149,9 +151,10 @@ __global__ void __launch_bounds__(fa_fwd_ws_nt(BM_), 1)
             });
             copied(bar);
         };
-        /* a paged cache: rows per TMA box (the host takes this kernel only for page sizes
+        /* a paged cache (the PAGED instantiations, so that the others compile as if pages
+           did not exist): rows per TMA box (the host takes this kernel only for page sizes
            that are multiples of 8 and divide BN or are multiples of it) */
-        const bool paged = p.block_table != nullptr;
+        constexpr bool paged = PAGED;
         const int pr = paged ? min(p.page_size, BN) : BN;
         int use = 0, qn = 0;
         for (int t = blockIdx.x, j = 0;; j++) {
@@ -349,15 +352,26 @@ __global__ void __launch_bounds__(fa_fwd_ws_nt(BM_), 1)
 #endif
 }
 
+template <typename T, int D, int BM, int BN, bool PAGED>
+static cudaError_t fa_fwd_ws_launch_kernel(const fa_cu_fwd &p, int64_t tiles, int grid, const CUtensorMap (&m)[3],
+                                           int *tickets, cudaStream_t st)
+{
+    typedef fa_ws_cfg<D, BM, BN> C;
+    cudaError_t e = cudaFuncSetAttribute(fa_fwd_ws_kernel<T, D, BM, BN, PAGED>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         C::SMEM);
+    if (e != cudaSuccess) return e;
+    fa_fwd_ws_kernel<T, D, BM, BN, PAGED><<<(unsigned)grid, C::NT, C::SMEM, st>>>(p, m[0], m[1], m[2], (int)tiles, tickets,
+                                                                                  BN * 128, 1024);
+    return cudaGetLastError();
+}
+
+/* The kernel of tile BM x BN for a paged cache or for the other layouts. */
 template <typename T, int D, int BM, int BN>
 static cudaError_t fa_fwd_ws_launch_tile(const fa_cu_fwd &p, int64_t tiles, int grid, const CUtensorMap (&m)[3], int *tickets,
                                          cudaStream_t st)
 {
-    typedef fa_ws_cfg<D, BM, BN> C;
-    cudaError_t e = cudaFuncSetAttribute(fa_fwd_ws_kernel<T, D, BM, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
-    if (e != cudaSuccess) return e;
-    fa_fwd_ws_kernel<T, D, BM, BN><<<(unsigned)grid, C::NT, C::SMEM, st>>>(p, m[0], m[1], m[2], (int)tiles, tickets, BN * 128, 1024);
-    return cudaGetLastError();
+    return p.block_table ? fa_fwd_ws_launch_kernel<T, D, BM, BN, true>(p, tiles, grid, m, tickets, st)
+                         : fa_fwd_ws_launch_kernel<T, D, BM, BN, false>(p, tiles, grid, m, tickets, st);
 }
 
 /* maps[3]: the tensor maps of q, k and v (CUtensorMap, made by the host: tmaps.cu, with
