@@ -226,6 +226,7 @@ void   sweep_full(bench_run *R);
 
 /* decode.c: the decode cells on stdout (f); 1 when a check failed */
 int    decode_bench(bench_run *R, FILE *f);
+int    decode_steps(void);                    /* progress steps of decode_bench */
 /* decode_gpu.c: the CUDA backend's decode cells (ctx: a CUDA context); 1 when one failed */
 int    decode_gpu_bench(bench_run *R, fa_context *ctx, FILE *f);
 

@@ -93,6 +93,11 @@ static int run_cell(bench_run *R, fa_context *ctx, const decode_cell *c, const f
     return 0;
 }
 
+int decode_steps(void)
+{
+    return NCELLS + 1;   /* one per CPU cell, one for the CUDA cells */
+}
+
 int decode_bench(bench_run *R, FILE *f)
 {
     size_t nbuf = (size_t)512 << 20 >> 2;   /* 512 MiB, or 4 x L3 when that is more */
@@ -113,10 +118,15 @@ int decode_bench(bench_run *R, FILE *f)
     } else {
         fa_context_set_threads(ctx, R->threads);
         fprintf(f, "cpu:\n");
-        for (int i = 0; i < NCELLS; i++) failed |= run_cell(R, ctx, &cells[i], buf, nbuf, f);
+        for (int i = 0; i < NCELLS; i++) {
+            progress(R, "decode: cpu B=%lld x %lldk %s (oracle check, then timing)",
+                     (long long)cells[i].B, (long long)(cells[i].S / 1024), bp_dtype_name(cells[i].dt));
+            failed |= run_cell(R, ctx, &cells[i], buf, nbuf, f);
+        }
         fa_context_destroy(ctx);
     }
     /* The device cells (decode_gpu.c), where a CUDA context exists; else why not. */
+    progress(R, "decode: cuda cells");
     if (fa_context_create(&ctx, FA_BACKEND_CUDA) != FA_OK) {
         fprintf(f, "cuda: n/a: %s\n", fa_last_error(NULL));
     } else {

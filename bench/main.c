@@ -171,7 +171,7 @@ int main(int argc, char **argv)
     /* plan: the number of progress steps */
     rung_spec rs[16];
     int nr = R.mode_ladder && !R.gpu_sweep ? rung_list(&R, rs, 16) : 0;
-    R.nsteps = 1 + (R.gpu_sweep ? sweep_count_gpu(&R) + 1 :
+    R.nsteps = 1 + (R.mode_decode ? decode_steps() : R.gpu_sweep ? sweep_count_gpu(&R) + 1 :
                     2 + nr * (R.ladder_bwd ? 2 : 1) +
                     (R.mode_tiles ? sweep_count_tiles(&R) : 0) +
                     (R.mode_seqlen ? sweep_count_seqlen(&R) : 0) +

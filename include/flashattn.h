@@ -129,7 +129,10 @@ typedef struct fa_context fa_context;
  * did not take CUDA, is told once per process.
  * On failure *ctx is set to NULL and fa_last_error(NULL) says why. */
 FA_API fa_status   fa_context_create(fa_context **ctx, fa_backend backend);
-FA_API void        fa_context_destroy(fa_context *ctx);          /* NULL: no-op */
+/* Frees what the context keeps between calls: a CPU context's scratch buffers (reused by
+ * the next call, each released after a call that needed more than 256 MiB), a CUDA
+ * context's workspace pool. NULL: no-op. */
+FA_API void        fa_context_destroy(fa_context *ctx);
 FA_API fa_backend  fa_context_backend(const fa_context *ctx);
 /* Multi-line, human-readable: backend, ISA or GPU, caches, tiles chosen and why,
  * threads. Valid until the next call on ctx. */
@@ -235,8 +238,10 @@ FA_API fa_status fa_combine(fa_context *ctx, fa_tensor *out, float *lse,
                             const fa_tensor *out_parts, const float *const *lse_parts, int n);
 
 /* What fa_forward (fa_query) or fa_backward (fa_query_backward) would run with these
- * arguments, without running it: *kernel_name gets a static string naming the kernel and
- * its ISA/arch ("cpu/avx512 forward 16x32 tiles, split-kv 4"). A call that the backend
+ * arguments, without running it: *kernel_name gets a string naming the kernel and its
+ * ISA/arch ("cpu/avx512 fp32 forward", "cpu/avx512 bf16 decode (...)", "cuda/sm80 fwd
+ * bf16 d128 fast 128x64 4 warps"); static on the host backends, on CUDA valid until the
+ * context's next call. A call that the backend
  * cannot serve returns FA_ERR_UNSUPPORTED and fa_last_error says why; a bad call returns
  * FA_ERR_INVALID_ARG. The tensors' data pointers are not read. */
 FA_API fa_status fa_query(fa_context *ctx, const char **kernel_name,

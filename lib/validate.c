@@ -68,13 +68,19 @@ static fa_status chk_dim(fa_context *ctx, const char *fn, const char *an, const 
     return FA_OK;
 }
 
+/* The enumerator of a valid dtype, for messages. */
+static const char *dt_name(fa_dtype d)
+{
+    return d == FA_F32 ? "FA_F32" : d == FA_F16 ? "FA_F16" : d == FA_BF16 ? "FA_BF16" : "?";
+}
+
 /* Outputs may be in the input dtype or F32. */
 static fa_status chk_out_dtype(fa_context *ctx, const char *fn, const char *name,
                                const fa_tensor *t, fa_dtype in)
 {
     if (t->dtype != in && t->dtype != FA_F32)
-        BAD("%s: %s.dtype=%d must be the dtype of q (%d) or FA_F32", fn, name, (int)t->dtype,
-            (int)in);
+        BAD("%s: %s.dtype=%s must be the dtype of q (%s) or FA_F32", fn, name, dt_name(t->dtype),
+            dt_name(in));
     return FA_OK;
 }
 
@@ -82,7 +88,7 @@ static fa_status chk_same_dtype(fa_context *ctx, const char *fn, const char *nam
                                 const fa_tensor *t, fa_dtype in)
 {
     if (t->dtype != in)
-        BAD("%s: %s.dtype=%d differs from q.dtype=%d", fn, name, (int)t->dtype, (int)in);
+        BAD("%s: %s.dtype=%s differs from q.dtype=%s", fn, name, dt_name(t->dtype), dt_name(in));
     return FA_OK;
 }
 

@@ -31,12 +31,53 @@ typedef struct {
     fa_backend backend;
 } bench_args;
 
+static int quiet;   /* ranks other than 0 do not repeat rank 0's option errors */
+
+static int bad_opt(const char *opt, const char *val)
+{
+    if (!quiet) fprintf(stderr, "flashattn-ring-bench: bad option %s%s%s (try --help)\n", opt, val ? " " : "",
+            val ? val : "");
+    return -1;
+}
+
+/* A whole non-negative decimal number (below 2^31); 0 or -1. */
+static int num(const char *v, long long *x)
+{
+    char *end;
+    *x = strtoll(v, &end, 10);
+    return end == v || *end || *x < 0 || *x > 0x7fffffff ? -1 : 0;
+}
+
+static const char usage[] =
+    "usage: mpirun -np R flashattn-ring-bench [OPTION]...\n"
+    "Per-rank compute, wait and overlap of fa_ring_forward (and fa_ring_backward).\n"
+    "  --seq S          global sequence length (default 4096); with --weak, per rank\n"
+    "  --weak           weak scaling: each rank holds S tokens\n"
+    "  --batch B        batch (default 1)\n"
+    "  --heads H        query heads (default 8)\n"
+    "  --kv-heads HKV   K/V heads, dividing H (default H)\n"
+    "  --dim D          head dim (default 64)\n"
+    "  --dtype T        f32, f16 or bf16 (default bf16)\n"
+    "  --causal         causal mask (bottom-right)\n"
+    "  --zigzag         zigzag layout (default contiguous)\n"
+    "  --backward       time fa_ring_backward too\n"
+    "  --reps N         timed calls per rank, the median reported (default 5)\n"
+    "  --backend NAME   cpu (default) or reference\n"
+    "  --threads T      threads per rank (default 0: the library's default)\n"
+    "  -h, --help       this text\n"
+    "docs/ring.md (installed under share/doc/flashattn) explains the columns.\n";
+
+/* 0, 1 for --help, or -1 after one line on stderr naming the bad option. */
 static int parse(int argc, char **argv, bench_args *a)
 {
     *a = (bench_args){ 4096, 1, 8, 0, 64, 0, 0, 0, 0, 5, 0, FA_BF16, FA_BACKEND_CPU };
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-#define NUM(flag, field) if (!strcmp(o, flag) && val) { a->field = atoll(val); i++; continue; }
+        if (!strcmp(o, "-h") || !strcmp(o, "--help")) return 1;
+#define NUM(flag, field) if (!strcmp(o, flag) && val) { \
+            long long x; \
+            if (num(val, &x)) return bad_opt(o, val); \
+            a->field = x; i++; continue; }
         NUM("--seq", S) NUM("--batch", B) NUM("--heads", H) NUM("--kv-heads", Hkv)
         NUM("--dim", d) NUM("--reps", reps) NUM("--threads", threads)
 #undef NUM
@@ -45,19 +86,22 @@ static int parse(int argc, char **argv, bench_args *a)
         if (!strcmp(o, "--zigzag")) { a->zigzag = 1; continue; }
         if (!strcmp(o, "--backward")) { a->backward = 1; continue; }
         if (!strcmp(o, "--dtype") && val) {
+            if (strcmp(val, "f32") && strcmp(val, "f16") && strcmp(val, "bf16")) return bad_opt(o, val);
             a->dt = !strcmp(val, "f32") ? FA_F32 : !strcmp(val, "f16") ? FA_F16 : FA_BF16;
             i++;
             continue;
         }
         if (!strcmp(o, "--backend") && val) {
+            if (strcmp(val, "cpu") && strcmp(val, "reference")) return bad_opt(o, val);
             a->backend = !strcmp(val, "reference") ? FA_BACKEND_REFERENCE : FA_BACKEND_CPU;
             i++;
             continue;
         }
-        return -1;
+        return bad_opt(o, "(unknown, or without its value)");
     }
     if (a->Hkv == 0) a->Hkv = a->H;   /* default: as many K/V heads as query heads */
-    if (a->H <= 0 || a->Hkv <= 0 || a->H % a->Hkv) return -1;
+    if (a->H <= 0 || a->Hkv <= 0 || a->H % a->Hkv) return bad_opt("--heads/--kv-heads", "KV heads must divide H");
+    if (a->S < 1 || a->B < 1 || a->d < 1 || a->reps < 1) return bad_opt("--seq/--batch/--dim/--reps", "must be >= 1");
     return a->reps >= 1 ? 0 : -1;
 }
 
@@ -122,10 +166,12 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &R);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     bench_args a;
-    if (parse(argc, argv, &a) != 0) {
-        if (rank == 0) fprintf(stderr, "usage: see the comment at the top of ring/ring-bench.c\n");
+    quiet = rank != 0;
+    const int pr = parse(argc, argv, &a);
+    if (pr != 0) {
+        if (pr > 0 && rank == 0) fputs(usage, stdout);
         MPI_Finalize();
-        return 2;
+        return pr > 0 ? 0 : 2;
     }
     int64_t n = a.weak ? a.S : a.S / R + (rank < a.S % R);
     fa_ring_layout L = { a.zigzag ? FA_RING_ZIGZAG : FA_RING_CONTIGUOUS, { n, 0 }, { n, 0 } };

@@ -26,6 +26,28 @@ def kind(x):
                     "got %s" % (type(x).__name__,))
 
 
+_KIND_NAMES = {"torch": "a torch tensor", "numpy": "a numpy array", "dlpack": "a DLPack array"}
+
+
+def same_kind(kd, q_name="q", **arrays):
+    """Raise TypeError unless every array given is of kind kd (q's): a call takes torch
+    tensors only or numpy arrays only (DLPack calls convert every array first)."""
+    if kd == "dlpack":
+        return
+    for name, a in arrays.items():
+        if a is None:
+            continue
+        try:
+            ka = kind(a)
+        except TypeError:
+            ka = None
+        if ka != kd:
+            raise TypeError("flashattn: %s is %s but %s is %s: the arrays of one call are "
+                            "all torch tensors or all numpy arrays"
+                            % (q_name, _KIND_NAMES[kd], name,
+                               _KIND_NAMES.get(ka, type(a).__name__)))
+
+
 def from_dlpack(*xs):
     """torch views of DLPack arrays (None stays None)."""
     return [None if x is None else torch.from_dlpack(x) for x in xs]

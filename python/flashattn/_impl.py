@@ -39,9 +39,27 @@ def _need4(A, **arrays):
                              "got shape %s" % (name, tuple(a.shape)))
 
 
+def same_dtype(q, **arrays):
+    """The inputs the C API takes in q's dtype (k, v, dout, the caches) have it."""
+    for name, a in arrays.items():
+        if a is not None and a.dtype != q.dtype:
+            raise ValueError("flashattn: %s has dtype %s but q has %s: q, k, v (and dout, the "
+                             "caches) share one dtype" % (name, a.dtype, q.dtype))
+
+
+def per_head(H, alibi, sinks):
+    """alibi_slopes and sinks hold one fp32 value per query head: the C call reads H."""
+    for name, a in (("alibi_slopes", alibi), ("sinks", sinks)):
+        if a is not None and tuple(a.shape) != (H,):
+            raise ValueError("flashattn: %s must have one value per query head, shape (%d,); "
+                             "got shape %s" % (name, H, tuple(a.shape)))
+
+
 def forward(A, q, k, v, p, need_lse=True):
     """fa_forward: (out, lse or None)."""
     _need4(A, q=q, k=k, v=v)
+    same_dtype(q, k=k, v=v)
+    per_head(q.shape[2], p.alibi, p.sinks)
     q, k, v = A.unit_last(q), A.unit_last(k), A.unit_last(v)
     A.same_place(q, k, v, *p.arrays())
     B, Sq, H = q.shape[0], q.shape[1], q.shape[2]
@@ -55,6 +73,8 @@ def forward(A, q, k, v, p, need_lse=True):
 def backward(A, dout, q, k, v, out, lse, p, need_dsinks):
     """fa_backward: (dq, dk, dv, dsinks or None)."""
     _need4(A, dout=dout, q=q, k=k, v=v, out=out)
+    same_dtype(q, k=k, v=v, dout=dout)
+    per_head(q.shape[2], p.alibi, p.sinks)
     dout, q, k, v = A.unit_last(dout), A.unit_last(q), A.unit_last(k), A.unit_last(v)
     A.same_place(q, dout, k, v, out, lse, *p.arrays())
     dq, dk, dv = A.empty_like(q), A.empty_like(k), A.empty_like(v)
@@ -72,9 +92,21 @@ def _packed(A, name, x):
     return A.unsqueeze0(A.unit_last(x))
 
 
+def _cu_seqlens(cu_q, cu_k):
+    """cu_seqlens_q and cu_seqlens_k: 1-D, batch + 1 >= 1 entries each, the same count."""
+    if len(cu_q.shape) != 1 or len(cu_k.shape) != 1 or cu_q.shape[0] < 1 \
+            or cu_q.shape != cu_k.shape:
+        raise ValueError("flashattn: cu_seqlens_q and cu_seqlens_k must be 1-D with batch + 1 "
+                         "entries each; got shapes %s and %s"
+                         % (tuple(cu_q.shape), tuple(cu_k.shape)))
+
+
 def forward_varlen(A, q, k, v, cu_q, cu_k, max_q, max_k, p, need_lse=True):
     """fa_forward_varlen on [total, heads, dim] arrays: (out [total_q, H, d_v], lse)."""
     q4, k4, v4 = _packed(A, "q", q), _packed(A, "k", k), _packed(A, "v", v)
+    same_dtype(q, k=k, v=v)
+    per_head(q4.shape[2], p.alibi, p.sinks)
+    _cu_seqlens(cu_q, cu_k)
     A.same_place(q, k, v, cu_q, cu_k, *p.arrays())
     T, H = q4.shape[1], q4.shape[2]
     # rows past cu_seqlens[batch] are not written by the C call: zeros there
@@ -89,6 +121,9 @@ def backward_varlen(A, dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, p, nee
     d4, q4, k4, v4 = (_packed(A, "dout", dout), _packed(A, "q", q), _packed(A, "k", k),
                       _packed(A, "v", v))
     o4 = _packed(A, "out", out)
+    same_dtype(q, k=k, v=v, dout=dout)
+    per_head(q4.shape[2], p.alibi, p.sinks)
+    _cu_seqlens(cu_q, cu_k)
     A.same_place(q, dout, k, v, out, lse, cu_q, cu_k, *p.arrays())
     dq, dk, dv = A.zero_(A.empty_like(q4)), A.zero_(A.empty_like(k4)), A.zero_(A.empty_like(v4))
     dsinks = A.empty_f32(p.sinks.shape, q) if need_dsinks else None
@@ -106,6 +141,15 @@ def forward_kvcache(A, q, k_cache, v_cache, k_new, v_new, cache_seqlens, block_t
         if A.stride(c, 3) != 1:
             raise ValueError("flashattn: %s must have a unit last stride (it is written in "
                              "place), got strides %s" % (name, tuple(A.strides(c))))
+    same_dtype(q, k_cache=k_cache, v_cache=v_cache, k=k_new, v=v_new)
+    per_head(q.shape[2], p.alibi, p.sinks)
+    B = q.shape[0]
+    if tuple(cache_seqlens.shape) != (B,):
+        raise ValueError("flashattn: cache_seqlens must hold one length per sequence, shape "
+                         "(%d,); got shape %s" % (B, tuple(cache_seqlens.shape)))
+    if block_table is not None and (len(block_table.shape) != 2 or block_table.shape[0] != B):
+        raise ValueError("flashattn: block_table must be [batch, max_pages] with batch = %d; "
+                         "got shape %s" % (B, tuple(block_table.shape)))
     q = A.unit_last(q)
     if k_new is not None:
         k_new = A.unit_last(k_new)

@@ -10,6 +10,7 @@ import torch
 
 from . import _context
 from . import _lib as L
+from ._impl import per_head, same_dtype
 from ._torch_adapter import TORCH, dtype_code, empty_like_layout
 
 _pack = L._TENSOR_PACK
@@ -45,6 +46,10 @@ def forward(q, k, v, sinks, alibi, bias, seed, offset, scale, causal, wl, wr, so
             alibi is not None and not alibi.is_cpu) or (bias is not None and not bias.is_cpu):
         TORCH.same_place(q, k, v, sinks, alibi, bias)
     B, Sq, H, Dv = q.shape[0], q.shape[1], q.shape[2], v.shape[3]
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        same_dtype(q, k=k, v=v)
+    if alibi is not None or sinks is not None:
+        per_head(H, alibi, sinks)
     if Dv == q.shape[3] and q.is_contiguous():
         out = torch.empty_like(q)
     else:

@@ -9,9 +9,11 @@ torch tensors (CPU or CUDA) are differentiable in q, k, v and sinks; numpy array
 forward only) give numpy results; other DLPack arrays are read with torch.from_dlpack and
 give torch tensors.
 """
+import numbers
+
 from . import _impl
-from ._arrays import (aux_t, causal_arg, from_dlpack, index_t, kind, rng_t, scale_arg,
-                      window_arg)
+from ._arrays import (aux_t, causal_arg, from_dlpack, index_t, kind, rng_t, same_kind,
+                      scale_arg, window_arg)
 
 
 _ops = None
@@ -57,6 +59,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     (left, right), -1 unbounded; causal is bottom-right aligned. Dropout draws its Philox
     seed from torch's default generator (numpy's for numpy arrays)."""
     kd = kind(q)
+    same_kind(kd, k=k, v=v)
     if kd == "numpy":
         npa = _numpy()
         p = _np_params(npa, softmax_scale, causal, window_size, softcap, alibi_slopes, sinks,
@@ -106,6 +109,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         raise NotImplementedError("flashattn: flash_attn_varlen_func with block_table (paged "
                                   "keys) is not supported; flash_attn_with_kvcache takes one")
     kd = kind(q)
+    same_kind(kd, k=k, v=v)
     if kd == "numpy":
         npa = _numpy()
         p = _np_params(npa, softmax_scale, causal, window_size, softcap, alibi_slopes, sinks,
@@ -141,8 +145,8 @@ def _cache_seqlens(cache_seqlens, q, k_cache, k, block_table, full):
                              "cache_seqlens (where to append them)")
         cap = k_cache.shape[1] * (1 if block_table is None else block_table.shape[1])
         cache_seqlens = cap
-    if isinstance(cache_seqlens, int):
-        return full(q.shape[0], cache_seqlens)
+    if isinstance(cache_seqlens, numbers.Integral):   # int, numpy integers
+        return full(q.shape[0], int(cache_seqlens))
     return cache_seqlens
 
 
@@ -165,6 +169,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     if (k is None) != (v is None):
         raise ValueError("flashattn: flash_attn_with_kvcache needs both k and v, or neither")
     kd = kind(q)
+    same_kind(kd, k_cache=k_cache, v_cache=v_cache, k=k, v=v)
     if kd == "numpy":
         npa = _numpy()
         import numpy as np

@@ -8,7 +8,7 @@ import math
 
 from . import _impl
 from . import _lib as L
-from ._arrays import aux_t, from_dlpack, kind, rng_t, scale_arg
+from ._arrays import aux_t, from_dlpack, kind, rng_t, same_kind, scale_arg
 
 
 class _TorchOps:
@@ -98,6 +98,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     without it, a key or value head dimension of 1 broadcasts. A row that sees no key gives
     0, not NaN. Gradients reach query, key, value and sinks; attn_mask gets none."""
     kd = kind(query)
+    same_kind(kd, "query", key=key, value=value, attn_mask=attn_mask)
     if kd == "dlpack":
         query, key, value, attn_mask, sinks = [
             from_dlpack(x)[0] if x is not None and hasattr(x, "__dlpack__") else x
@@ -139,8 +140,13 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         if getattr(attn_mask, "requires_grad", False):
             raise NotImplementedError("flashattn: sdpa computes no gradient for attn_mask; "
                                       "pass attn_mask.detach()")
-        m = ops.dense_last(ops.as_bias(attn_mask, query), S)
-        m = _to4(ops.expand(m, batch + (H, L_, S)), batch)
+        try:
+            m = ops.dense_last(ops.as_bias(attn_mask, query), S)
+            m = _to4(ops.expand(m, batch + (H, L_, S)), batch)
+        except (RuntimeError, ValueError):
+            raise ValueError("flashattn: sdpa attn_mask of shape %s does not broadcast to "
+                             "[..., H, L, S] = %s" % (tuple(attn_mask.shape),
+                                                      batch + (H, L_, S))) from None
         bias = ops.swap12(m)
     q, k, v = ops.swap12(query), ops.swap12(key), ops.swap12(value)
     causal = L.CAUSAL_TOP_LEFT if is_causal else L.CAUSAL_NONE

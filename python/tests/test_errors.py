@@ -80,6 +80,39 @@ def test_python_side_checks(device):
             flashattn.flash_attn_func(q, q.cpu(), q)
 
 
+def test_arrays_the_c_call_would_misread(device):
+    """Per-head arrays of the wrong length, index arrays of the wrong batch, mixed dtypes
+    and mixed array kinds are refused before the C call (which would read past them)."""
+    q = randn(1, 8, 4, 16, device=device)
+    for name in ("alibi_slopes", "sinks"):
+        with pytest.raises(ValueError, match=name + " must have one value per query head"):
+            flashattn.flash_attn_func(q, q, q, **{name: torch.ones(3, device=device)})
+    qg = q.clone().requires_grad_()
+    with pytest.raises(ValueError, match="sinks must have one value per query head"):
+        flashattn.flash_attn_func(qg, q, q, sinks=torch.ones(5, device=device))
+    with pytest.raises(ValueError, match="k has dtype .* but q has"):
+        flashattn.flash_attn_func(q, q.to(torch.bfloat16), q)
+    kc = randn(1, 16, 4, 16, device=device)
+    with pytest.raises(ValueError, match="cache_seqlens must hold one length per sequence"):
+        flashattn.flash_attn_with_kvcache(q[:, :1], kc, kc, cache_seqlens=torch.tensor(
+            [3, 4], dtype=torch.int32))
+    with pytest.raises(ValueError, match="k_cache has dtype"):
+        flashattn.flash_attn_with_kvcache(q[:, :1], kc.half(), kc.half(), cache_seqlens=3)
+    with pytest.raises(ValueError, match="block_table must be"):
+        flashattn.flash_attn_with_kvcache(q[:, :1], kc, kc, cache_seqlens=3, block_table=(
+            torch.zeros(2, 1, dtype=torch.int32)))
+    cu = torch.tensor([0, 3, 8], dtype=torch.int32)
+    with pytest.raises(ValueError, match="cu_seqlens_q and cu_seqlens_k"):
+        flashattn.flash_attn_varlen_func(q[0], q[0], q[0], cu, cu[:2], 5, 5)
+    with pytest.raises(ValueError, match="attn_mask of shape"):
+        flashattn.sdpa(q, q, q, attn_mask=torch.zeros(3, 5, device=device))
+    if device == "cpu":
+        with pytest.raises(TypeError, match="q is a numpy array but k is a torch tensor"):
+            flashattn.flash_attn_func(q.numpy(), q, q.numpy())
+        with pytest.raises(TypeError, match="query is a torch tensor but value is a numpy"):
+            flashattn.sdpa(q, q, q.numpy())
+
+
 def test_status_mapping():
     for status, cls in [(_lib.ERR_INVALID_ARG, ValueError),
                         (_lib.ERR_UNSUPPORTED, NotImplementedError),
