@@ -140,13 +140,14 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         if getattr(attn_mask, "requires_grad", False):
             raise NotImplementedError("flashattn: sdpa computes no gradient for attn_mask; "
                                       "pass attn_mask.detach()")
-        try:
-            m = ops.dense_last(ops.as_bias(attn_mask, query), S)
-            m = _to4(ops.expand(m, batch + (H, L_, S)), batch)
-        except (RuntimeError, ValueError):
+        # the shapes are compared here, before any array call: a refused expand would
+        # raise from inside the array library
+        want, have = batch + (H, L_, S), tuple(attn_mask.shape)
+        if len(have) > len(want) or any(a != 1 and a != b for a, b in zip(have[::-1], want[::-1])):
             raise ValueError("flashattn: sdpa attn_mask of shape %s does not broadcast to "
-                             "[..., H, L, S] = %s" % (tuple(attn_mask.shape),
-                                                      batch + (H, L_, S))) from None
+                             "[..., H, L, S] = %s" % (have, want))
+        m = ops.dense_last(ops.as_bias(attn_mask, query), S)
+        m = _to4(ops.expand(m, want), batch)
         bias = ops.swap12(m)
     q, k, v = ops.swap12(query), ops.swap12(key), ops.swap12(value)
     causal = L.CAUSAL_TOP_LEFT if is_causal else L.CAUSAL_NONE
