@@ -79,16 +79,19 @@ def burn_in(torch, F, seconds=0.5):
                 break
 
 
-def time_ms(torch, fn, warm=3, reps=10):
+def time_ms(torch, fn, warm=3, reps=10, n=1):
+    """Milliseconds per call: CUDA events around n calls, the median of reps rounds after
+    warm calls (n = 20, reps = 5: flashattn-bench's decode timing)."""
     for _ in range(warm):
         fn()
     e0, e1, ts = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True), []
     for _ in range(reps):
         e0.record()
-        fn()
+        for _ in range(n):
+            fn()
         e1.record()
         torch.cuda.synchronize()
-        ts.append(e0.elapsed_time(e1))
+        ts.append(e0.elapsed_time(e1) / n)
     return statistics.median(ts)
 
 
@@ -202,22 +205,6 @@ def read_decode(path):
     return cells
 
 
-def time_batch_ms(torch, fn, n=20, rounds=5):
-    """Milliseconds per call: CUDA events around n calls, the median of the rounds after 3
-    warm-ups (flashattn-bench's decode timing)."""
-    for _ in range(3):
-        fn()
-    e0, e1, ts = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True), []
-    for _ in range(rounds):
-        e0.record()
-        for _ in range(n):
-            fn()
-        e1.record()
-        torch.cuda.synchronize()
-        ts.append(e0.elapsed_time(e1) / n)
-    return statistics.median(ts)
-
-
 def decode_peers(torch, shapes):
     """{(backend, shape): TB/s of K/V bytes, or None}, shape = (B, S, H, Hkv, d, new)."""
     import torch.nn.functional as F
@@ -238,7 +225,8 @@ def decode_peers(torch, shapes):
                 k, v = (torch.randn(B, Hkv, S, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
             try:
                 with sdpa_kernel([be[name]]), torch.no_grad():
-                    ms = time_batch_ms(torch, lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=Hkv != H))
+                    ms = time_ms(torch, lambda: F.scaled_dot_product_attention(
+                        q, k, v, enable_gqa=Hkv != H), reps=5, n=20)
                 out[(name, (B, S, H, Hkv, d, new))] = kv / (ms * 1e-3) / 1e12
             except Exception as e:            # a backend lacking a cell is a gap
                 out[(name, (B, S, H, Hkv, d, new))] = None
