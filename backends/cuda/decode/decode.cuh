@@ -1,8 +1,8 @@
 /* decode.cuh - the decode forward (decode.h has the table): fp16/bf16, few query rows per
  * sequence, dense and KV-cache layouts (contiguous or paged with any page size), every
  * feature of the score pipeline but bias and dropout (scale, softcap, ALiBi, windows,
- * causal in both alignments, sinks), lse, split-KV into fp32 parts merged by the combine
- * kernel, head-dim classes 64/128/256 with d_qk != d_v.
+ * causal in both alignments, sinks), lse, split-KV into fp32 parts merged by merge.cu,
+ * head-dim classes 64/128/256 with d_qk != d_v.
  *
  * Block = (sequence b, KV head hk, split). Packed row r (r < R = group * sq) is query head
  * hk * group + r / sq at new token r % sq. Warp w: row group wm = w % WM (rows 16 wm ..
@@ -12,6 +12,11 @@
  * shared memory once per row group. At the end the WN warps of a row group merge their
  * (max, sum, O) in shared memory and the key lane 0 warp writes the rows once.
  * Q fragments stay in registers for D <= 128 (d256: re-read by ldmatrix per slice).
+ * K/V chunks: a 3-stage ring. On sm_90 and later class 128 rows come by bulk copies (one
+ * per row, whatever the page size) on one mbarrier per stage, and each iteration refills
+ * the stage every warp has finished with (chunk nb + 2) before it waits for chunk nb; the
+ * other classes by 16-byte cp.async copies, refilled once chunk nb has landed. The grid lets the split merge
+ * (merge.cu) launch early (programmatic dependent launch).
  */
 #ifndef FA_CUDA_DECODE_CUH
 #define FA_CUDA_DECODE_CUH
@@ -61,15 +66,92 @@ __device__ __forceinline__ void fa_dec_store(const fa_cu_fwd &p, const fa_dseq &
     }
 }
 
+/* Do K/V rows come by bulk copies? sm_90 and later at head-dim class 128: one copy per
+   256-byte row. Else (classes 64 and 256, and before sm_90) 16-byte cp.async copies. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define FA_DEC_BULK(D) ((D) == 128)
+#else
+#define FA_DEC_BULK(D) false
+#endif
+
+/* Element offset of 16-byte column `chunk` of ring row `row`. Bulk copies: rows D + 8
+   elements apart (decode.h: fa_dec_pitch), each row one contiguous copy, the 16-byte pad
+   putting the 8 rows of an ldmatrix phase in 8 bank groups. cp.async: rows D apart,
+   columns XOR-swizzled. */
+template <int D>
+__device__ __forceinline__ int fa_dec_at(int row, int chunk)
+{
+    return FA_DEC_BULK(D) ? row * (D + 8) + chunk * 8 : fa_swz<D>(row, chunk);
+}
+
+/* Chunk nb into ring stage st (K rows, then V rows; rows outside [lo, hi) zero). Bulk:
+   thread t copies row t % BN of K (t < BN) or V in one copy completing on the stage's
+   barrier bar, whose one arrival (thread 0) announces the chunk's bytes. cp.async: thread
+   t copies 16-byte column t % CPR of rows t / CPR + i RSTEP, zero-filled. Columns past
+   d_qk / d_v: never written by a bulk copy (the kernel zeroes them once), zero-filled by
+   cp.async. */
+template <typename T, int D>
+__device__ __forceinline__ void fa_dec_load(const fa_cu_fwd &p, const fa_dseq &s, int b, int hk, int lo, int hi,
+                                            T *ring, uint32_t bar, int nb, int st)
+{
+    constexpr int BN = FA_DEC_BN, LD = FA_DEC_BULK(D) ? D + 8 : D;
+    const T *gk = reinterpret_cast<const T *>(p.k), *gv = reinterpret_cast<const T *>(p.v);
+    T *dK = ring + st * 2 * BN * LD, *dV = dK + BN * LD;
+    const int tid = threadIdx.x;
+    /* the global offset of key j of this (sequence, KV head) in K (or V with isv) */
+    auto row_off = [&](int j, bool isv) -> int64_t {
+        const int64_t sb = isv ? p.v_sb : p.k_sb, ss = isv ? p.v_ss : p.k_ss, sh = isv ? p.v_sh : p.k_sh;
+        if (p.block_table) {
+            const int pg = fa_clampi(p.block_table[(int64_t)b * p.max_pages + j / p.page_size], 0, p.num_pages - 1);
+            return (int64_t)pg * sb + (int64_t)(j % p.page_size) * ss + (int64_t)hk * sh;
+        }
+        return s.tb * sb + (s.k0 + j) * ss + (int64_t)hk * sh;
+    };
+    if constexpr (FA_DEC_BULK(D)) {
+        static_assert(FA_DEC_NT == 2 * BN, "one row copy per thread");
+        const int r = tid % BN, j = nb * BN + r;
+        const bool isv = tid >= BN;
+        if (tid == 0) {
+            const int n = min(hi, nb * BN + BN) - max(lo, nb * BN);
+            fa_mbar_expect_tx(bar, (uint32_t)(n * (p.dqk + p.dv) * (int)sizeof(T)));
+        }
+        T *dst = (isv ? dV : dK) + r * LD;
+        if (j >= lo && j < hi) {
+            fa_bulk_load(fa_smem_u32(dst), (isv ? gv : gk) + row_off(j, isv), (uint32_t)((isv ? p.dv : p.dqk) * sizeof(T)), bar);
+        } else {
+#pragma unroll
+            for (int c = 0; c < D / 8; c++) reinterpret_cast<uint4 *>(dst)[c] = make_uint4(0, 0, 0, 0);
+            fa_fence_proxy_async();   /* before a later bulk copy into this row */
+        }
+    } else {
+        (void)bar;
+        constexpr int CPR = D / 8, RSTEP = FA_DEC_NT / CPR;
+        const int ch = tid % CPR, r0 = tid / CPR;
+        const bool kc = ch * 8 < p.dqk, vc = ch * 8 < p.dv;
+#pragma unroll
+        for (int it = 0; it < BN / RSTEP; it++) {
+            const int r = r0 + it * RSTEP, j = nb * BN + r;
+            const bool ok = j >= lo && j < hi;
+            const int64_t ko = ok ? row_off(j, false) : 0, vo = ok ? row_off(j, true) : 0;
+            fa_cp_async16(dK + fa_dec_at<D>(r, ch), ok && kc ? gk + ko + ch * 8 : gk, ok && kc ? 16 : 0);
+            fa_cp_async16(dV + fa_dec_at<D>(r, ch), ok && vc ? gv + vo + ch * 8 : gv, ok && vc ? 16 : 0);
+        }
+    }
+}
+
 template <typename T, int D>
 __global__ void __launch_bounds__(FA_DEC_NT) fa_decode_kernel(const fa_cu_fwd p, const int WM)
 {
-    constexpr int BN = FA_DEC_BN, NT = FA_DEC_NT, ST = FA_DEC_STAGES, CPR = D / 8;
+    constexpr int BN = FA_DEC_BN, NT = FA_DEC_NT, ST = FA_DEC_STAGES, CPR = D / 8, LD = FA_DEC_BULK(D) ? D + 8 : D;
     constexpr bool QREG = D <= 128;                 /* Q fragments kept in registers */
     extern __shared__ __align__(128) unsigned char fa_smem[];
     T *sQ = reinterpret_cast<T *>(fa_smem);
-    T *sKV = sQ + 16 * WM * D;                       /* [ST][K, V][BN][D] */
+    T *sKV = sQ + 16 * WM * D;                       /* [ST][K, V][BN][LD] */
+    const uint32_t bars = fa_smem_u32(sKV + ST * 2 * BN * LD);   /* ST mbarriers */
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");   /* the merge may launch */
+#endif
     int64_t bid = blockIdx.x;
     const int split = (int)(bid % p.n_splits); bid /= p.n_splits;
     const int hk = (int)(bid % p.hkv);
@@ -92,6 +174,16 @@ __global__ void __launch_bounds__(FA_DEC_NT) fa_decode_kernel(const fa_cu_fwd p,
     int full_lo, full_hi;
     fa_fwd_full_range(p, s, 0, s.sq - 1, full_lo, full_hi);
 
+    if constexpr (FA_DEC_BULK(D)) {   /* the ring's columns past d_qk / d_v stay zero; the barriers */
+        if (p.dqk < D || p.dv < D)
+            for (int c = tid; c < ST * 2 * BN * LD / 8; c += NT) reinterpret_cast<uint4 *>(sKV)[c] = make_uint4(0, 0, 0, 0);
+        if (tid == 0)
+            for (int st = 0; st < ST; st++) fa_mbar_init(bars + 8 * st, 1);
+        fa_fence_proxy_async();
+        fa_fence_mbar_init();
+        __syncthreads();
+    }
+
     /* Q: packed rows [0, R), the rest of the 16 WM rows zero */
     {
         const T *q = reinterpret_cast<const T *>(p.q);
@@ -104,37 +196,9 @@ __global__ void __launch_bounds__(FA_DEC_NT) fa_decode_kernel(const fa_cu_fwd p,
         }
         fa_cp_async_commit();
     }
-    const T *gk = reinterpret_cast<const T *>(p.k), *gv = reinterpret_cast<const T *>(p.v);
-    const bool paged = p.block_table != nullptr;
-    /* chunk nb -> ring stage st: thread t copies 16-byte column t % CPR of rows t / CPR + i RSTEP */
-    auto load = [&](int nb, int st) {
-        constexpr int RSTEP = NT / CPR;
-        T *dK = sKV + st * 2 * BN * D, *dV = dK + BN * D;
-        const int ch = tid % CPR, r0 = tid / CPR;
-        const bool kc = ch * 8 < p.dqk, vc = ch * 8 < p.dv;
-#pragma unroll
-        for (int it = 0; it < BN / RSTEP; it++) {
-            const int r = r0 + it * RSTEP, j = nb * BN + r;
-            const bool ok = j >= lo && j < hi;
-            int64_t ko = 0, vo = 0;
-            if (ok) {
-                if (paged) {
-                    const int pg = fa_clampi(p.block_table[(int64_t)b * p.max_pages + j / p.page_size], 0, p.num_pages - 1);
-                    const int64_t jr = j % p.page_size;
-                    ko = (int64_t)pg * p.k_sb + jr * p.k_ss + (int64_t)hk * p.k_sh;
-                    vo = (int64_t)pg * p.v_sb + jr * p.v_ss + (int64_t)hk * p.v_sh;
-                } else {
-                    ko = s.tb * p.k_sb + (s.k0 + j) * p.k_ss + (int64_t)hk * p.k_sh;
-                    vo = s.tb * p.v_sb + (s.k0 + j) * p.v_ss + (int64_t)hk * p.v_sh;
-                }
-            }
-            fa_cp_async16(dK + fa_swz<D>(r, ch), ok && kc ? gk + ko + ch * 8 : gk, ok && kc ? 16 : 0);
-            fa_cp_async16(dV + fa_swz<D>(r, ch), ok && vc ? gv + vo + ch * 8 : gv, ok && vc ? 16 : 0);
-        }
-    };
 #pragma unroll
     for (int st = 0; st < ST - 1; st++) {
-        if (nb_lo + st < nb_hi) load(nb_lo + st, st);
+        if (nb_lo + st < nb_hi) fa_dec_load<T, D>(p, s, b, hk, lo, hi, sKV, bars + 8 * st, nb_lo + st, st);
         fa_cp_async_commit();
     }
 
@@ -170,11 +234,21 @@ __global__ void __launch_bounds__(FA_DEC_NT) fa_decode_kernel(const fa_cu_fwd p,
 
     for (int nb = nb_lo; nb < nb_hi; nb++) {
         const int it = nb - nb_lo;
-        fa_cp_async_wait<ST - 2>();
-        __syncthreads();              /* chunk nb landed; every warp is done with chunk nb - 1 */
-        if (nb + ST - 1 < nb_hi) load(nb + ST - 1, (it + ST - 1) % ST);
+        /* Bulk copies: free the stage of chunk nb - 1 (every warp is done with it), refill it
+           with chunk nb + 2, then wait on the barrier, which counts every thread's copies of
+           chunk nb. cp.async: a thread's wait covers its own copies only, so the barrier
+           after it makes chunk nb whole (and frees chunk nb - 1's stage) before the refill. */
+        if constexpr (!FA_DEC_BULK(D)) {
+            fa_cp_async_wait<ST - 2>();
+        }
+        __syncthreads();
+        if (nb + ST - 1 < nb_hi)
+            fa_dec_load<T, D>(p, s, b, hk, lo, hi, sKV, bars + 8 * ((it + ST - 1) % ST), nb + ST - 1, (it + ST - 1) % ST);
         fa_cp_async_commit();
-        const T *cK = sKV + (it % ST) * 2 * BN * D, *cV = cK + BN * D;
+        if constexpr (FA_DEC_BULK(D)) {
+            fa_mbar_wait(bars + 8 * (it % ST), (uint32_t)(it / ST) & 1);
+        }
+        const T *cK = sKV + (it % ST) * 2 * BN * LD, *cV = cK + BN * LD;
         for (int sl = wn; sl < BN / 16; sl += WN) {
             const int n0 = nb * BN + sl * 16;
             if (n0 >= hi || n0 + 16 <= lo) continue;
@@ -190,7 +264,7 @@ __global__ void __launch_bounds__(FA_DEC_NT) fa_decode_kernel(const fa_cu_fwd p,
                     fa_ldmatrix_x4(a, sQ + fa_swz<D>(16 * wm + lane % 16, kk * 2 + lane / 16));
                 }
                 uint32_t bb[4];
-                fa_ldmatrix_x4(bb, cK + fa_swz<D>(sl * 16 + (lane / 16) * 8 + lane % 8, kk * 2 + (lane / 8) % 2));
+                fa_ldmatrix_x4(bb, cK + fa_dec_at<D>(sl * 16 + (lane / 16) * 8 + lane % 8, kk * 2 + (lane / 8) % 2));
                 fa_mma(sacc[0], a, bb[0], bb[1], T());
                 fa_mma(sacc[1], a, bb[2], bb[3], T());
             }
@@ -249,7 +323,7 @@ __global__ void __launch_bounds__(FA_DEC_NT) fa_decode_kernel(const fa_cu_fwd p,
 #pragma unroll
             for (int np = 0; np < D / 16; np++) {
                 uint32_t bb[4];
-                fa_ldmatrix_x4_trans(bb, cV + fa_swz<D>(sl * 16 + ((lane / 8) % 2) * 8 + lane % 8, np * 2 + lane / 16));
+                fa_ldmatrix_x4_trans(bb, cV + fa_dec_at<D>(sl * 16 + ((lane / 8) % 2) * 8 + lane % 8, np * 2 + lane / 16));
                 fa_mma(oacc[2 * np], a, bb[0], bb[1], T());
                 fa_mma(oacc[2 * np + 1], a, bb[2], bb[3], T());
             }

@@ -3,7 +3,9 @@
  * -inf) with one warp per query row and the parts side by side: lane i reads part i's lse,
  * the row's max and sum are warp reductions, and each lane's columns of the n parts are
  * loaded with no dependence between them, so a row costs about two memory latencies
- * whatever the split count (the general combine walks the parts one after another).
+ * whatever the split count (the general combine walks the parts one after another). It is
+ * launched as a programmatic dependent of the decode grid: its blocks may start while the
+ * decode blocks run and wait (griddepcontrol.wait) until the parts are written.
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -15,6 +17,9 @@
 __global__ void __launch_bounds__(32 * FA_MERGE_WARPS) fa_decode_merge_kernel(const fa_cu_combine c)
 {
     __shared__ float sw[FA_MERGE_WARPS][FA_CU_MAX_PARTS];
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");   /* the decode grid's parts are written */
+#endif
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int64_t li = (int64_t)blockIdx.x * FA_MERGE_WARPS + warp;   /* lse layout: (b H + h) S + s */
     const int64_t rows = (int64_t)c.B * c.H * c.S;
@@ -57,6 +62,14 @@ cudaError_t fa_decode_merge_launch(const fa_cu_combine &c, cudaStream_t st)
 {
     const int64_t rows = (int64_t)c.B * c.S * c.H;
     if (rows == 0) return cudaSuccess;
-    fa_decode_merge_kernel<<<(unsigned)((rows + FA_MERGE_WARPS - 1) / FA_MERGE_WARPS), 32 * FA_MERGE_WARPS, 0, st>>>(c);
-    return cudaGetLastError();
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)((rows + FA_MERGE_WARPS - 1) / FA_MERGE_WARPS));
+    cfg.blockDim = dim3(32 * FA_MERGE_WARPS);
+    cfg.stream = st;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, fa_decode_merge_kernel, c);
 }

@@ -151,6 +151,16 @@ __device__ __forceinline__ void fa_tma_reduce_add_2d(const CUtensorMap *map, con
                  "r"(fa_smem_u32(ssrc)), "r"(c0), "r"(c1)
                  : "memory");
 }
+/* `bytes` (a multiple of 16) from global src to shared dst (both 16-byte aligned), one
+   bulk copy completing on barrier bar */
+__device__ __forceinline__ void fa_bulk_load(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+/* barrier initializations visible to the asynchronous proxy (the bulk copies) */
+__device__ __forceinline__ void fa_fence_mbar_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
 __device__ __forceinline__ void fa_bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 /* this thread's bulk operations have read their shared memory source */
 __device__ __forceinline__ void fa_bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
