@@ -35,12 +35,12 @@ TESTS_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -I$(top_srcdir)/tests -I$(top_srcdir
 TESTS_LDADD = libflashattn.la tests/oracle/liboracle.la $(CHECK_LIBS) -lm
 
 check_PROGRAMS += tests/test_oracle tests/test_api tests/test_forward tests/test_backward \
-	tests/test_varlen_kvcache tests/test_bad_input tests/test_edge_calls tests/test_determinism \
-	tests/test_combine tests/test_big tests/test_decode
+	tests/test_varlen_kvcache tests/test_bad_input tests/test_bad_context tests/test_edge_calls \
+	tests/test_determinism tests/test_combine tests/test_big tests/test_decode
 # Slowest first so that make -j2 check overlaps them best.
 TESTS += tests/test_forward tests/test_backward tests/test_varlen_kvcache tests/test_decode \
 	tests/test_determinism tests/test_bad_input tests/test_edge_calls tests/test_combine tests/test_api \
-	tests/test_oracle tests/test_big tests/amx_emulated.sh
+	tests/test_bad_context tests/test_oracle tests/test_big tests/amx_emulated.sh
 EXTRA_DIST += tests/amx_emulated.sh
 
 tests_test_oracle_SOURCES = tests/test_oracle.c $(TESTS_COMMON)
@@ -61,9 +61,16 @@ tests_test_varlen_kvcache_LDADD = $(TESTS_LDADD)
 tests_test_decode_SOURCES = tests/test_decode.c $(TESTS_COMMON)
 tests_test_decode_CFLAGS = $(TESTS_CFLAGS)
 tests_test_decode_LDADD = $(TESTS_LDADD)
-tests_test_bad_input_SOURCES = tests/test_bad_input.c $(TESTS_COMMON)
+# The bad-argument suites: the operations' arguments, and the context functions'; one
+# fixture (tests/bad_fixture.h).
+tests_test_bad_input_SOURCES = tests/test_bad_input.c tests/bad_fixture.c tests/bad_fixture.h \
+	$(TESTS_COMMON)
 tests_test_bad_input_CFLAGS = $(TESTS_CFLAGS)
 tests_test_bad_input_LDADD = $(TESTS_LDADD)
+tests_test_bad_context_SOURCES = tests/test_bad_context.c tests/bad_fixture.c tests/bad_fixture.h \
+	$(TESTS_COMMON)
+tests_test_bad_context_CFLAGS = $(TESTS_CFLAGS)
+tests_test_bad_context_LDADD = $(TESTS_LDADD)
 tests_test_edge_calls_SOURCES = tests/test_edge_calls.c $(TESTS_COMMON)
 tests_test_edge_calls_CFLAGS = $(TESTS_CFLAGS)
 tests_test_edge_calls_LDADD = $(TESTS_LDADD)
