@@ -94,21 +94,29 @@ tests_test_threads_LDADD = $(TESTS_LDADD) $(HWLOC_LIBS)
 tests_test_embedding_SOURCES = tests/test_embedding.c $(TESTS_COMMON)
 tests_test_embedding_CFLAGS = $(TESTS_CFLAGS)
 tests_test_embedding_LDADD = $(TESTS_LDADD)
-# The kernel sets' softmax pieces, called directly: the test links the ISA convenience
-# libraries itself (their symbols are hidden in libflashattn) and kernels_generic.c.
-check_PROGRAMS += tests/test_kernels
-TESTS += tests/test_kernels
-tests_test_kernels_SOURCES = tests/test_kernels.c backends/cpu/kernels_generic.c \
+# The kernel sets' pieces, called directly: the tests link the ISA convenience libraries
+# themselves (their symbols are hidden in libflashattn) and kernels_generic.c. test_kernels:
+# the softmax pieces and the AMX packing; test_masked_products: the products over partly
+# masked tiles; tests/kernel_sets.h what they share.
+check_PROGRAMS += tests/test_kernels tests/test_masked_products
+TESTS += tests/test_kernels tests/test_masked_products
+KERNEL_TESTS_SOURCES = tests/kernel_sets.c tests/kernel_sets.h backends/cpu/kernels_generic.c \
 	backends/cpu/kernels_amx_emu.c
-tests_test_kernels_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -I$(top_srcdir)/backends/cpu -I$(top_srcdir)/lib
-tests_test_kernels_LDADD = $(CHECK_LIBS) -lm
+KERNEL_TESTS_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -I$(top_srcdir)/backends/cpu -I$(top_srcdir)/lib
+KERNEL_TESTS_LDADD = $(CHECK_LIBS) -lm
 if HAVE_AVX2
-tests_test_kernels_LDADD += backends/cpu/libfa_cpu_avx2.la
+KERNEL_TESTS_LDADD += backends/cpu/libfa_cpu_avx2.la
 endif
 if HAVE_AVX512
-tests_test_kernels_LDADD += backends/cpu/libfa_cpu_avx512.la
+KERNEL_TESTS_LDADD += backends/cpu/libfa_cpu_avx512.la
 endif
 if HAVE_AMX
-tests_test_kernels_LDADD += backends/cpu/libfa_cpu_amx.la
+KERNEL_TESTS_LDADD += backends/cpu/libfa_cpu_amx.la
 endif
+tests_test_kernels_SOURCES = tests/test_kernels.c $(KERNEL_TESTS_SOURCES)
+tests_test_kernels_CFLAGS = $(KERNEL_TESTS_CFLAGS)
+tests_test_kernels_LDADD = $(KERNEL_TESTS_LDADD)
+tests_test_masked_products_SOURCES = tests/test_masked_products.c $(KERNEL_TESTS_SOURCES)
+tests_test_masked_products_CFLAGS = $(KERNEL_TESTS_CFLAGS)
+tests_test_masked_products_LDADD = $(KERNEL_TESTS_LDADD)
 endif
