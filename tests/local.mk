@@ -9,7 +9,8 @@ EXTRA_DIST += tests/cuda/cuda_test.h tests/cuda/cuda_util.c tests/cuda/cuda_dens
 EXTRA_DIST += tests/cuda/stress_cuda.h tests/cuda/stress_cuda.c tests/cuda/stress_cases.c \
 	tests/cuda/stress_check.c tests/cuda/stress_bad.c tests/cuda/stress_big.c
 # libFuzzer targets (not built by make; tests/fuzz/run.sh, docs/reliability.md)
-EXTRA_DIST += tests/fuzz/run.sh tests/fuzz/fuzz_args.c tests/fuzz/fuzz_diff.c tests/fuzz/corpus
+EXTRA_DIST += tests/fuzz/run.sh tests/fuzz/fuzz_args.c tests/fuzz/fuzz_args.h \
+	tests/fuzz/fuzz_args_input.c tests/fuzz/fuzz_args_spec.c tests/fuzz/fuzz_diff.c tests/fuzz/corpus
 
 # liboracle: the double-precision oracle, the naive models and the tolerance rule, the one
 # correctness rule of the suites, fuzz_diff, tests/cuda/test_cuda.c and flashattn-bench's
