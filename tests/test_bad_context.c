@@ -76,7 +76,7 @@ START_TEST(test_bad_env_backend)
     ck_assert(ctx == NULL);
     ck_assert_msg(strstr(fa_last_error(NULL), "FA_BACKEND") != NULL,
                   "FA_BACKEND=bogus: message '%s' does not name FA_BACKEND", fa_last_error(NULL));
-    /* an explicit backend wins over FA_BACKEND (docs/api.md) */
+    /* an explicit backend wins over FA_BACKEND (docs/api-functions.md) */
     st = fa_context_create(&ctx, FA_BACKEND_REFERENCE);
     ck_assert_msg(st == FA_OK, "explicit reference with FA_BACKEND=bogus: %s", fa_last_error(NULL));
     fa_context_destroy(ctx);
