@@ -2,15 +2,14 @@
  * packing kernels; test_masked_products.c, the products over partly masked tiles): the CPU
  * kernel sets linked into them (generic always, AVX2 and AVX-512 where configure built
  * them) and which of those this CPU and OS can run, one xorshift random stream, and the
- * run of a suite. A set that cannot run here is named on stderr, never passed silently.
+ * run of a suite (tu_main.h). A set that cannot run here is named on stderr, never passed
+ * silently.
  */
 #ifndef FA_TEST_KERNEL_SETS_H
 #define FA_TEST_KERNEL_SETS_H
 
-#include <check.h>
-
 #include "kernels.h"
-
+#include "tu_main.h"
 
 typedef struct {
     const char *name;
@@ -25,7 +24,5 @@ extern int nsets;
 /* Fill sets[]; a note on stderr, naming the program, for each set this CPU or OS cannot run. */
 void find_sets(const char *prog);
 double unif(void);   /* [0, 1) */
-/* Run every test of su; 0 when all pass, else 1 (the exit status). */
-int run_suite(Suite *su);
 
 #endif

@@ -31,7 +31,8 @@ tests_oracle_liboracle_py_la_LDFLAGS = -module -avoid-version -shared -rpath /no
 tests_oracle_liboracle_py_la_LIBADD = tests/oracle/liboracle.la $(OPENMP_CFLAGS) -lm
 
 if HAVE_CHECK
-TESTS_COMMON = tests/testutil.c tests/buffers.c tests/runner.c tests/testutil.h tests/cases.h
+TESTS_COMMON = tests/testutil.c tests/buffers.c tests/runner.c tests/testutil.h tests/tu_main.h \
+	tests/cases.h
 TESTS_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -I$(top_srcdir)/tests -I$(top_srcdir)/tests/oracle
 TESTS_LDADD = libflashattn.la tests/oracle/liboracle.la $(CHECK_LIBS) -lm
 
@@ -101,8 +102,8 @@ tests_test_embedding_LDADD = $(TESTS_LDADD)
 # masked tiles; tests/kernel_sets.h what they share.
 check_PROGRAMS += tests/test_kernels tests/test_masked_products
 TESTS += tests/test_kernels tests/test_masked_products
-KERNEL_TESTS_SOURCES = tests/kernel_sets.c tests/kernel_sets.h backends/cpu/kernels_generic.c \
-	backends/cpu/kernels_amx_emu.c
+KERNEL_TESTS_SOURCES = tests/kernel_sets.c tests/kernel_sets.h tests/tu_main.h \
+	backends/cpu/kernels_generic.c backends/cpu/kernels_amx_emu.c
 KERNEL_TESTS_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -I$(top_srcdir)/backends/cpu -I$(top_srcdir)/lib
 KERNEL_TESTS_LDADD = $(CHECK_LIBS) -lm
 if HAVE_AVX2

@@ -318,5 +318,5 @@ int main(void)
 #else
     fprintf(stderr, "NOTE: test_kernels: the AMX set not compiled in: its kernels not run\n");
 #endif
-    return run_suite(su);
+    return tu_main(su);
 }

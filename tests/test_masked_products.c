@@ -288,5 +288,5 @@ int main(void)
     tcase_add_test(tp, test_amx_seen_products);
     tcase_add_test(tp, test_bf16_seen_products);
     suite_add_tcase(su, tp);
-    return run_suite(su);
+    return tu_main(su);
 }
