@@ -9,7 +9,8 @@ EXTRA_DIST += tests/cuda/cuda_test.h tests/cuda/cuda_util.c tests/cuda/cuda_dens
 EXTRA_DIST += tests/cuda/stress_cuda.h tests/cuda/stress_cuda.c tests/cuda/stress_cases.c \
 	tests/cuda/stress_check.c tests/cuda/stress_bad.c tests/cuda/stress_big.c
 # libFuzzer targets (not built by make; tests/fuzz/run.sh, docs/reliability.md)
-EXTRA_DIST += tests/fuzz/run.sh tests/fuzz/fuzz_args.c tests/fuzz/fuzz_diff.c tests/fuzz/corpus
+EXTRA_DIST += tests/fuzz/run.sh tests/fuzz/fuzz_args.c tests/fuzz/fuzz_args.h \
+	tests/fuzz/fuzz_args_input.c tests/fuzz/fuzz_args_spec.c tests/fuzz/fuzz_diff.c tests/fuzz/corpus
 
 # liboracle: the double-precision oracle, the naive models and the tolerance rule, the one
 # correctness rule of the suites, fuzz_diff, tests/cuda/test_cuda.c and flashattn-bench's
@@ -30,17 +31,18 @@ tests_oracle_liboracle_py_la_LDFLAGS = -module -avoid-version -shared -rpath /no
 tests_oracle_liboracle_py_la_LIBADD = tests/oracle/liboracle.la $(OPENMP_CFLAGS) -lm
 
 if HAVE_CHECK
-TESTS_COMMON = tests/testutil.c tests/buffers.c tests/runner.c tests/testutil.h tests/cases.h
+TESTS_COMMON = tests/testutil.c tests/buffers.c tests/runner.c tests/testutil.h tests/tu_main.h \
+	tests/cases.h
 TESTS_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -I$(top_srcdir)/tests -I$(top_srcdir)/tests/oracle
 TESTS_LDADD = libflashattn.la tests/oracle/liboracle.la $(CHECK_LIBS) -lm
 
 check_PROGRAMS += tests/test_oracle tests/test_api tests/test_forward tests/test_backward \
-	tests/test_varlen_kvcache tests/test_bad_input tests/test_edge_calls tests/test_determinism \
-	tests/test_combine tests/test_big tests/test_decode
+	tests/test_varlen_kvcache tests/test_bad_input tests/test_bad_context tests/test_edge_calls \
+	tests/test_determinism tests/test_combine tests/test_big tests/test_decode
 # Slowest first so that make -j2 check overlaps them best.
 TESTS += tests/test_forward tests/test_backward tests/test_varlen_kvcache tests/test_decode \
 	tests/test_determinism tests/test_bad_input tests/test_edge_calls tests/test_combine tests/test_api \
-	tests/test_oracle tests/test_big tests/amx_emulated.sh
+	tests/test_bad_context tests/test_oracle tests/test_big tests/amx_emulated.sh
 EXTRA_DIST += tests/amx_emulated.sh
 
 tests_test_oracle_SOURCES = tests/test_oracle.c $(TESTS_COMMON)
@@ -61,9 +63,16 @@ tests_test_varlen_kvcache_LDADD = $(TESTS_LDADD)
 tests_test_decode_SOURCES = tests/test_decode.c $(TESTS_COMMON)
 tests_test_decode_CFLAGS = $(TESTS_CFLAGS)
 tests_test_decode_LDADD = $(TESTS_LDADD)
-tests_test_bad_input_SOURCES = tests/test_bad_input.c $(TESTS_COMMON)
+# The bad-argument suites: the operations' arguments, and the context functions'; one
+# fixture (tests/bad_fixture.h).
+tests_test_bad_input_SOURCES = tests/test_bad_input.c tests/bad_fixture.c tests/bad_fixture.h \
+	$(TESTS_COMMON)
 tests_test_bad_input_CFLAGS = $(TESTS_CFLAGS)
 tests_test_bad_input_LDADD = $(TESTS_LDADD)
+tests_test_bad_context_SOURCES = tests/test_bad_context.c tests/bad_fixture.c tests/bad_fixture.h \
+	$(TESTS_COMMON)
+tests_test_bad_context_CFLAGS = $(TESTS_CFLAGS)
+tests_test_bad_context_LDADD = $(TESTS_LDADD)
 tests_test_edge_calls_SOURCES = tests/test_edge_calls.c $(TESTS_COMMON)
 tests_test_edge_calls_CFLAGS = $(TESTS_CFLAGS)
 tests_test_edge_calls_LDADD = $(TESTS_LDADD)
@@ -87,21 +96,29 @@ tests_test_threads_LDADD = $(TESTS_LDADD) $(HWLOC_LIBS)
 tests_test_embedding_SOURCES = tests/test_embedding.c $(TESTS_COMMON)
 tests_test_embedding_CFLAGS = $(TESTS_CFLAGS)
 tests_test_embedding_LDADD = $(TESTS_LDADD)
-# The kernel sets' softmax pieces, called directly: the test links the ISA convenience
-# libraries itself (their symbols are hidden in libflashattn) and kernels_generic.c.
-check_PROGRAMS += tests/test_kernels
-TESTS += tests/test_kernels
-tests_test_kernels_SOURCES = tests/test_kernels.c backends/cpu/kernels_generic.c \
-	backends/cpu/kernels_amx_emu.c
-tests_test_kernels_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -I$(top_srcdir)/backends/cpu -I$(top_srcdir)/lib
-tests_test_kernels_LDADD = $(CHECK_LIBS) -lm
+# The kernel sets' pieces, called directly: the tests link the ISA convenience libraries
+# themselves (their symbols are hidden in libflashattn) and kernels_generic.c. test_kernels:
+# the softmax pieces and the AMX packing; test_masked_products: the products over partly
+# masked tiles; tests/kernel_sets.h what they share.
+check_PROGRAMS += tests/test_kernels tests/test_masked_products
+TESTS += tests/test_kernels tests/test_masked_products
+KERNEL_TESTS_SOURCES = tests/kernel_sets.c tests/kernel_sets.h tests/tu_main.h \
+	backends/cpu/kernels_generic.c backends/cpu/kernels_amx_emu.c
+KERNEL_TESTS_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -I$(top_srcdir)/backends/cpu -I$(top_srcdir)/lib
+KERNEL_TESTS_LDADD = $(CHECK_LIBS) -lm
 if HAVE_AVX2
-tests_test_kernels_LDADD += backends/cpu/libfa_cpu_avx2.la
+KERNEL_TESTS_LDADD += backends/cpu/libfa_cpu_avx2.la
 endif
 if HAVE_AVX512
-tests_test_kernels_LDADD += backends/cpu/libfa_cpu_avx512.la
+KERNEL_TESTS_LDADD += backends/cpu/libfa_cpu_avx512.la
 endif
 if HAVE_AMX
-tests_test_kernels_LDADD += backends/cpu/libfa_cpu_amx.la
+KERNEL_TESTS_LDADD += backends/cpu/libfa_cpu_amx.la
 endif
+tests_test_kernels_SOURCES = tests/test_kernels.c $(KERNEL_TESTS_SOURCES)
+tests_test_kernels_CFLAGS = $(KERNEL_TESTS_CFLAGS)
+tests_test_kernels_LDADD = $(KERNEL_TESTS_LDADD)
+tests_test_masked_products_SOURCES = tests/test_masked_products.c $(KERNEL_TESTS_SOURCES)
+tests_test_masked_products_CFLAGS = $(KERNEL_TESTS_CFLAGS)
+tests_test_masked_products_LDADD = $(KERNEL_TESTS_LDADD)
 endif

@@ -113,20 +113,3 @@ void tu_case_str(const tu_case *c, char *buf, size_t len)
              c->backward, (long long)c->extra_rows, (long long)c->max_slack, c->tile_q,
              c->tile_kv, c->threads);
 }
-
-typedef struct {
-    /* per sequence layout */
-    int64_t nseq;
-    int64_t *q0, *k0, *sq, *sk, *tb;   /* starting rows, lengths, batch entry */
-} seqmap;
-
-#define FAILF(...) do { char d_[1024]; tu_case_str(c, d_, sizeof d_); \
-
-int tu_main(Suite *s)
-{
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int nf = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return nf == 0 ? 0 : 1;
-}

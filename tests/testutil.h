@@ -109,6 +109,6 @@ void tu_run(const tu_case *c);
 #define TU_ADD(suite, fn, timeout) do { TCase *tc_ = tcase_create(#fn); \
         tcase_set_timeout(tc_, (double)(timeout)); tcase_add_test(tc_, fn); \
         suite_add_tcase(suite, tc_); } while (0)
-int tu_main(Suite *s);
+#include "tu_main.h"   /* int tu_main(Suite *s) */
 
 #endif

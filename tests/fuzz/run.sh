@@ -94,6 +94,10 @@ for t in $targets; do
   extra=""
   tflags=""
   tenv=""
+  if [ "$t" = fuzz_args ]; then
+    # the input decoding and the spec predicate with the checks (tests/fuzz/fuzz_args.h)
+    extra="$top/tests/fuzz/fuzz_args_input.c $top/tests/fuzz/fuzz_args_spec.c"
+  fi
   if [ "$t" = fuzz_diff ]; then
     # A failed Check assertion longjmps out of tu_run, leaking its buffers; with known
     # failures skipped (fuzz_diff.c) that is not a finding. Leaks in the library are the
