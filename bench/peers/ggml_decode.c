@@ -22,9 +22,9 @@
  *     -DCMAKE_CXX_FLAGS='-march=x86-64-v4 -mtune=generic' -DGGML_AVX=ON -DGGML_AVX2=ON \
  *     -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON \
  *     -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON
- *   cmake --build $GGML_BUILD --target ggml ggml-base ggml-cpu
+ *   cmake --build $GGML_BUILD --target ggml-base ggml-cpu
  *   cc -O2 -fopenmp bench/peers/ggml_decode.c -I$LLAMA/ggml/include -L$GGML_BUILD/bin \
- *     -Wl,-rpath,$GGML_BUILD/bin -lggml -lggml-base -lggml-cpu -lm -o ggml_decode
+ *     -Wl,-rpath,$GGML_BUILD/bin -lggml-base -lggml-cpu -lm -o ggml_decode
  * Run: ./ggml_decode [--threads N] [--rounds N] [--cells 1,3,...]   (--help lists cells)
  */
 #include <math.h>
