@@ -4,12 +4,14 @@
  * caches (ggml's CPU flash attention takes all three). The tensors are laid out as
  * llama.cpp's graph hands them over: q f32, the cache token-major ([B][S][Hkv][d], as
  * flashattn-bench's) seen through a permuted view, one stream per sequence (q->ne[3] = B),
- * no mask (every cell is visible). Each cell is checked once against a double-precision
- * computation here, then timed in alternating rounds (one graph compute, one pass of a
- * read loop: a vectorized sum over a buffer larger than L3 on the same threads); medians.
- * The lines print the K and V bytes read once per second (B x S x Hkv x d x 2 x element
- * size, flashattn-bench's count) and the read loop's rate, so they line up with
- * flashattn-bench's decode lines.
+ * no mask (every cell is visible); --head-major stores the cache [B][Hkv][S][d] instead,
+ * each head's rows contiguous, where ggml's kernel (one query head at a time over its KV
+ * head's rows) streams instead of striding. Each cell is checked once against a
+ * double-precision computation here, then timed in alternating rounds (one graph compute,
+ * one pass of a read loop: a vectorized sum over a buffer larger than L3 on the same
+ * threads); medians. The lines print the K and V bytes read once per second (B x S x Hkv x
+ * d x 2 x element size, flashattn-bench's count) and the read loop's rate, so they line up
+ * with flashattn-bench's decode lines.
  *
  * ggml is not a dependency of flashattn and this program is not built by the project's
  * Makefiles. To build it against a ggml build (llama.cpp's source tree in $LLAMA, e.g.
@@ -25,7 +27,7 @@
  *   cmake --build $GGML_BUILD --target ggml-base ggml-cpu
  *   cc -O2 -fopenmp bench/peers/ggml_decode.c -I$LLAMA/ggml/include -L$GGML_BUILD/bin \
  *     -Wl,-rpath,$GGML_BUILD/bin -lggml-base -lggml-cpu -lm -o ggml_decode
- * Run: ./ggml_decode [--threads N] [--rounds N] [--cells 1,3,...]   (--help lists cells)
+ * Run: ./ggml_decode [--threads N] [--rounds N] [--cells 1,3,...] [--head-major]
  */
 #include <math.h>
 #include <omp.h>
@@ -51,6 +53,17 @@ static const cell cells[] = {
 #define NCELLS (int)(sizeof cells / sizeof cells[0])
 
 static volatile float read_sink;
+
+/* --head-major: the cache stored [B][Hkv][S][d], each head's rows contiguous (not
+   llama.cpp's layout; ggml's kernel then streams each head); else [B][S][Hkv][d]. */
+static int head_major;
+
+/* The element offset of row j of KV head hk of sequence b in a cache of c's shape. */
+static size_t kv_offset(const cell *c, int64_t b, int hk, int64_t j)
+{
+    int64_t row = head_major ? (b * HKV + hk) * c->S + j : (b * c->S + j) * HKV + hk;
+    return (size_t)row * D;
+}
 
 static double now_s(void)
 {
@@ -131,7 +144,7 @@ static double check(const cell *c, const float *q, const void *k, const void *v,
         for (int hk = 0; hk < HKV; hk++) {
             float row[D];
             for (int64_t j = 0; j < c->S; j++) {
-                size_t off = ((size_t)(b * c->S + j) * HKV + (size_t)hk) * D * es;
+                size_t off = kv_offset(c, b, hk, j) * es;
                 load_row(c->t, (const char *)k + off, row, D);
                 for (int e = 0; e < D; e++) kd[j * D + e] = row[e];
                 load_row(c->t, (const char *)v + off, row, D);
@@ -201,17 +214,21 @@ static int run_cell(const cell *c, int threads, int rounds, const float *buf, si
     fill_cache(c, k, 11);
     fill_cache(c, v, 13);
     /* llama.cpp's shapes: q [d, H, 1, B] and the cache [d, Hkv, S, B], each permuted
-       (0, 2, 1, 3) into [d, tokens, heads, B]. */
+       (0, 2, 1, 3) into [d, tokens, heads, B]; a head-major cache is [d, S, Hkv, B]. */
     struct ggml_tensor *tq = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, D, H, 1, c->B);
-    struct ggml_tensor *tk = ggml_new_tensor_4d(ctx, c->t, D, HKV, c->S, c->B);
-    struct ggml_tensor *tv = ggml_new_tensor_4d(ctx, c->t, D, HKV, c->S, c->B);
+    struct ggml_tensor *tk = head_major ? ggml_new_tensor_4d(ctx, c->t, D, c->S, HKV, c->B)
+                                        : ggml_new_tensor_4d(ctx, c->t, D, HKV, c->S, c->B);
+    struct ggml_tensor *tv = head_major ? ggml_new_tensor_4d(ctx, c->t, D, c->S, HKV, c->B)
+                                        : ggml_new_tensor_4d(ctx, c->t, D, HKV, c->S, c->B);
     tq->data = q;
     tk->data = k;
     tv->data = v;
-    struct ggml_tensor *fa = ggml_flash_attn_ext(ctx, ggml_permute(ctx, tq, 0, 2, 1, 3),
-                                                 ggml_permute(ctx, tk, 0, 2, 1, 3),
-                                                 ggml_permute(ctx, tv, 0, 2, 1, 3), NULL,
-                                                 1.0f / sqrtf((float)D), 0.0f, 0.0f);
+    if (!head_major) {
+        tk = ggml_permute(ctx, tk, 0, 2, 1, 3);
+        tv = ggml_permute(ctx, tv, 0, 2, 1, 3);
+    }
+    struct ggml_tensor *fa = ggml_flash_attn_ext(ctx, ggml_permute(ctx, tq, 0, 2, 1, 3), tk, tv,
+                                                 NULL, 1.0f / sqrtf((float)D), 0.0f, 0.0f);
     fa->data = out;
     struct ggml_cgraph *gf = ggml_new_graph(ctx);
     ggml_build_forward_expand(gf, fa);
@@ -256,9 +273,11 @@ done:
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: ggml_decode [--threads N] [--rounds N] [--cells LIST]\n"
+    fprintf(f, "usage: ggml_decode [--threads N] [--rounds N] [--cells LIST] [--head-major]\n"
                "  --threads N   threads for ggml and the read loop (default: all cores)\n"
                "  --rounds N    timed rounds per cell, 3 to %d (default 9, flashattn-bench's)\n"
+               "  --head-major  the cache stored [B, Hkv, S, d] (default [B, S, Hkv, d], as\n"
+               "                llama.cpp's cache and flashattn-bench's)\n"
                "  --cells LIST  comma-separated cell numbers (default: all):\n", MAXROUNDS);
     for (int i = 0; i < NCELLS; i++)
         fprintf(f, "                  %d  B=%lld x %lldk %s\n", i + 1, (long long)cells[i].B,
@@ -287,6 +306,8 @@ int main(int argc, char **argv)
         } else if (!strcmp(argv[a], "--threads")) {
             if (parse_int(v, 1, 4096, &threads)) goto bad;
             a++;
+        } else if (!strcmp(argv[a], "--head-major")) {
+            head_major = 1;
         } else if (!strcmp(argv[a], "--rounds")) {
             if (parse_int(v, 3, MAXROUNDS, &rounds)) goto bad;
             a++;
@@ -323,9 +344,10 @@ int main(int argc, char **argv)
     ggml_cpu_init();
     struct ggml_threadpool_params tpp = ggml_threadpool_params_default(threads);
     struct ggml_threadpool *tp = ggml_threadpool_new(&tpp);
-    printf("\n== Decode: ggml_flash_attn_ext (ggml %s), 1 new token, H=32 Hkv=8 d=128, no mask; "
-           "KV bytes read once per second against a read loop (medians of alternating rounds, "
-           "%d threads) ==\nggml cpu:\n", ggml_version(), threads);
+    printf("\n== Decode: ggml_flash_attn_ext (ggml %s), 1 new token, H=32 Hkv=8 d=128, no mask, "
+           "cache %s; KV bytes read once per second against a read loop (medians of "
+           "alternating rounds, %d threads) ==\nggml cpu:\n", ggml_version(),
+           head_major ? "[B, Hkv, S, d]" : "[B, S, Hkv, d]", threads);
     int failed = 0;
     for (int i = 0; i < NCELLS; i++)
         if (want[i]) failed |= run_cell(&cells[i], threads, rounds, buf, nbuf, tp);
