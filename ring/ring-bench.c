@@ -17,8 +17,8 @@
  * x2.5 for the backward), and one "summary" line of key=value fields for scripts.
  * --single (one rank) times fa_forward / fa_backward over the whole sequence in this one
  * process instead of the ring: the baseline of the same problem without the ring, at any
- * thread count. Every rank also reports where it ran: its CPU affinity mask and, for each
- * of its threads, the CPU it last ran on and the CPUs it may run on (from /proc).
+ * thread count. Every rank also reports where it ran: the CPUs its threads may use and, for
+ * each thread, the CPU it last ran on and its affinity mask (/proc, sched_getaffinity).
  * Example for a 16-core host, one thread per rank:
  *   mpirun -np 4 --bind-to core --map-by core:PE=4 ./ring/flashattn-ring-bench
  *          --seq 16384 --heads 16 --dim 128 --dtype bf16 --causal --zigzag --threads 4
@@ -170,6 +170,9 @@ static int cmp_double(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
+#define ROW 7          /* tokens, compute, wait, total, comm alone, overlap, hidden */
+#define PLACE 2048     /* one rank's placement line */
+
 /* The CPUs of set as a list ("0-3,8,10-11"). */
 static void cpu_list(const cpu_set_t *set, char *buf, size_t len)
 {
@@ -184,50 +187,43 @@ static void cpu_list(const cpu_set_t *set, char *buf, size_t len)
     }
 }
 
-/* Thread tid of this process: the CPU it last ran on (field 39 of its /proc stat) and the
- * CPUs it may run on (Cpus_allowed_list of its /proc status); "?" where unreadable. */
-static void task_cpus(const char *tid, char *last, size_t ll, char *allowed, size_t al)
+/* The CPU thread tid of this process last ran on (field 39 of its /proc stat), or -1. */
+static int task_cpu(const char *tid)
 {
     char path[300], line[1024];
-    snprintf(last, ll, "?");
-    snprintf(allowed, al, "?");
     snprintf(path, sizeof path, "/proc/self/task/%s/stat", tid);
     FILE *f = fopen(path, "r");
-    if (f) {
-        char *p = fgets(line, sizeof line, f) ? strrchr(line, ')') : NULL;
-        for (int field = 2; p && field < 39; field++) p = strchr(p + 1, ' ');
-        if (p) snprintf(last, ll, "%d", atoi(p + 1));
-        fclose(f);
-    }
-    snprintf(path, sizeof path, "/proc/self/task/%s/status", tid);
-    if (!(f = fopen(path, "r"))) return;
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, "Cpus_allowed_list:", 18)) {
-            line[strcspn(line, "\n")] = '\0';
-            snprintf(allowed, al, "%s", line + 18 + strspn(line + 18, " \t"));
-        }
+    if (!f) return -1;
+    char *p = fgets(line, sizeof line, f) ? strrchr(line, ')') : NULL;
+    for (int field = 2; p && field < 39; field++) p = strchr(p + 1, ' ');
     fclose(f);
+    return p ? atoi(p + 1) : -1;
 }
 
-/* Where this rank runs: its host, its affinity mask and each of its threads (the OpenMP
- * team, the main thread, MPI's) as cpu{allowed}. */
+/* Where this rank runs: its host, the CPUs its threads may use (the union of their
+ * affinity masks: an OpenMP runtime that binds threads narrows the main thread's own) and
+ * each thread (the main one, the OpenMP team, MPI's) as cpu{allowed}. */
 static void placement(int rank, char *buf, size_t len)
 {
-    char host[64] = "?", aff[256] = "?";
+    char host[64] = "?", list[256], threads[PLACE] = "";
     gethostname(host, sizeof host);
     host[sizeof host - 1] = '\0';
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0) cpu_list(&set, aff, sizeof aff);
-    size_t n = (size_t)snprintf(buf, len, "rank %d on %s: affinity %s; threads as cpu{allowed}:",
-                                rank, host, aff);
+    cpu_set_t all, set;
+    CPU_ZERO(&all);
+    size_t n = 0;
     DIR *d = opendir("/proc/self/task");
-    for (struct dirent *e; d && n < len && (e = readdir(d));) {
+    for (struct dirent *e; d && n < sizeof threads && (e = readdir(d));) {
         if (e->d_name[0] == '.') continue;
-        char last[16], allowed[256];
-        task_cpus(e->d_name, last, sizeof last, allowed, sizeof allowed);
-        n += (size_t)snprintf(buf + n, len - n, " %s{%s}", last, allowed);
+        snprintf(list, sizeof list, "?");
+        if (sched_getaffinity((pid_t)atoi(e->d_name), sizeof set, &set) == 0) {
+            CPU_OR(&all, &all, &set);
+            cpu_list(&set, list, sizeof list);
+        }
+        n += (size_t)snprintf(threads + n, sizeof threads - n, " %d{%s}", task_cpu(e->d_name), list);
     }
     if (d) closedir(d);
+    cpu_list(&all, list, sizeof list);
+    snprintf(buf, len, "rank %d on %s: cpus %s; threads as cpu{allowed}:%s", rank, host, list, threads);
 }
 
 typedef struct {
@@ -258,8 +254,6 @@ static fa_status one_call(fa_context *ctx, const bench_args *a, bench_io *t, con
     return st;
 }
 
-#define ROW 7          /* tokens, compute, wait, total, comm alone, overlap, hidden */
-#define PLACE 2048     /* one rank's placement line */
 
 /* Rank 0: the table, each rank's placement, the slowest rank, the summary line. */
 static void report(const bench_args *a, int R, const double *rows, const char *places)
