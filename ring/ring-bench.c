@@ -19,7 +19,7 @@
  * process instead of the ring: the baseline of the same problem without the ring, at any
  * thread count. Every rank also reports where it ran: the CPUs its threads may use and, for
  * each thread, the CPU it last ran on and its affinity mask (/proc, sched_getaffinity).
- * Example for a 16-core host, one thread per rank:
+ * Example for a 16-core host, four threads per rank on four cores of their own:
  *   mpirun -np 4 --bind-to core --map-by core:PE=4 ./ring/flashattn-ring-bench
  *          --seq 16384 --heads 16 --dim 128 --dtype bf16 --causal --zigzag --threads 4
  */
