@@ -1,6 +1,6 @@
 # ring/local.mk - libflashattn_ring: context-parallel (ring) attention over MPI, on top of
 # libflashattn's public API (include/flashattn_ring.h). Built when configure finds MPI.
-EXTRA_DIST += ring/tests/ring-np.sh.in flashattn-ring.pc.in
+EXTRA_DIST += ring/tests/ring-np.sh.in ring/tests/ring-bench.sh flashattn-ring.pc.in
 if HAVE_MPI
 lib_LTLIBRARIES += libflashattn_ring.la
 libflashattn_ring_la_SOURCES = ring/ring_internal.h ring/ring_common.c ring/ring_calls.c \
@@ -25,4 +25,6 @@ ring_tests_test_ring_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests/oracle
 ring_tests_test_ring_CFLAGS = $(AM_CFLAGS) $(MPI_CFLAGS)
 ring_tests_test_ring_LDADD = libflashattn_ring.la libflashattn.la tests/oracle/liboracle.la $(MPI_LIBS) -lm
 TESTS += ring/tests/ring-np.sh
+# flashattn-ring-bench's rows, placement and summary lines, and its command line.
+TESTS += ring/tests/ring-bench.sh
 endif

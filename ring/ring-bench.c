@@ -3,7 +3,7 @@
  *
  *   mpirun -np R flashattn-ring-bench [--seq S] [--weak] [--batch B] [--heads H]
  *          [--kv-heads Hkv (default H)] [--dim d] [--dtype f32|bf16|f16] [--causal] [--zigzag]
- *          [--backward] [--reps n] [--backend cpu|reference] [--threads t]
+ *          [--backward] [--reps n] [--backend cpu|reference] [--threads t] [--single]
  *
  * Strong scaling (default): the global sequence is S tokens, each rank holds S/R of them.
  * Weak scaling (--weak): each rank holds S tokens (global S x R). Each rank prints, for
@@ -14,19 +14,27 @@
  * time hidden behind the compute (overlap_s = comm alone - wait, at least 0; the wait also
  * holds any wait for a slower neighbour) and hidden = overlap_s / comm alone. Rank 0 adds
  * the slowest rank's total and the useful GFLOP/s (4 B H S^2 d, halved when causal,
- * x2.5 for the backward).
- * Example for a 16-core host, one thread per rank:
+ * x2.5 for the backward), and one "summary" line of key=value fields for scripts.
+ * --single (one rank) times fa_forward / fa_backward over the whole sequence in this one
+ * process instead of the ring: the baseline of the same problem without the ring, at any
+ * thread count. Every rank also reports where it ran: the CPUs its threads may use and, for
+ * each thread, the CPU it last ran on and its affinity mask (/proc, sched_getaffinity).
+ * Example for a 16-core host, four threads per rank on four cores of their own:
  *   mpirun -np 4 --bind-to core --map-by core:PE=4 ./ring/flashattn-ring-bench
  *          --seq 16384 --heads 16 --dim 128 --dtype bf16 --causal --zigzag --threads 4
  */
+#define _GNU_SOURCE 1   /* sched_getaffinity, CPU_ISSET */
+#include <dirent.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "flashattn_ring.h"
 
 typedef struct {
     int64_t S, B, H, Hkv, d;
-    int weak, causal, zigzag, backward, reps, threads;
+    int weak, causal, zigzag, backward, reps, threads, single;
     fa_dtype dt;
     fa_backend backend;
 } bench_args;
@@ -64,13 +72,15 @@ static const char usage[] =
     "  --reps N         timed calls per rank, the median reported (default 5)\n"
     "  --backend NAME   cpu (default) or reference\n"
     "  --threads T      threads per rank (default 0: the library's default)\n"
+    "  --single         no ring: fa_forward (fa_backward) over the whole sequence in one\n"
+    "                   process (mpirun -np 1), the baseline without the ring\n"
     "  -h, --help       this text\n"
     "docs/ring.md (installed under share/doc/flashattn) explains the columns.\n";
 
 /* 0, 1 for --help, or -1 after one line on stderr naming the bad option. */
 static int parse(int argc, char **argv, bench_args *a)
 {
-    *a = (bench_args){ 4096, 1, 8, 0, 64, 0, 0, 0, 0, 5, 0, FA_BF16, FA_BACKEND_CPU };
+    *a = (bench_args){ 4096, 1, 8, 0, 64, 0, 0, 0, 0, 5, 0, 0, FA_BF16, FA_BACKEND_CPU };
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(o, "-h") || !strcmp(o, "--help")) return 1;
@@ -85,6 +95,7 @@ static int parse(int argc, char **argv, bench_args *a)
         if (!strcmp(o, "--causal")) { a->causal = 1; continue; }
         if (!strcmp(o, "--zigzag")) { a->zigzag = 1; continue; }
         if (!strcmp(o, "--backward")) { a->backward = 1; continue; }
+        if (!strcmp(o, "--single")) { a->single = 1; continue; }
         if (!strcmp(o, "--dtype") && val) {
             if (strcmp(val, "f32") && strcmp(val, "f16") && strcmp(val, "bf16")) return bad_opt(o, val);
             a->dt = !strcmp(val, "f32") ? FA_F32 : !strcmp(val, "f16") ? FA_F16 : FA_BF16;
@@ -159,6 +170,130 @@ static int cmp_double(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
+#define ROW 7          /* tokens, compute, wait, total, comm alone, overlap, hidden */
+#define PLACE 2048     /* one rank's placement line */
+
+/* The CPUs of set as a list ("0-3,8,10-11"). */
+static void cpu_list(const cpu_set_t *set, char *buf, size_t len)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int c = 0; c < CPU_SETSIZE && n < len; c++) {
+        if (!CPU_ISSET(c, set) || (c > 0 && CPU_ISSET(c - 1, set))) continue;
+        int last = c;
+        while (last + 1 < CPU_SETSIZE && CPU_ISSET(last + 1, set)) last++;
+        if (last > c) n += (size_t)snprintf(buf + n, len - n, "%s%d-%d", n ? "," : "", c, last);
+        else n += (size_t)snprintf(buf + n, len - n, "%s%d", n ? "," : "", c);
+    }
+}
+
+/* The CPU thread tid of this process last ran on (field 39 of its /proc stat), or -1. */
+static int task_cpu(const char *tid)
+{
+    char path[300], line[1024];
+    snprintf(path, sizeof path, "/proc/self/task/%s/stat", tid);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char *p = fgets(line, sizeof line, f) ? strrchr(line, ')') : NULL;
+    for (int field = 2; p && field < 39; field++) p = strchr(p + 1, ' ');
+    fclose(f);
+    return p ? atoi(p + 1) : -1;
+}
+
+/* Where this rank runs: its host, the CPUs its threads may use (the union of their
+ * affinity masks: an OpenMP runtime that binds threads narrows the main thread's own) and
+ * each thread (the main one, the OpenMP team, MPI's) as cpu{allowed}. */
+static void placement(int rank, char *buf, size_t len)
+{
+    char host[64] = "?", list[256], threads[PLACE] = "";
+    gethostname(host, sizeof host);
+    host[sizeof host - 1] = '\0';
+    cpu_set_t all, set;
+    CPU_ZERO(&all);
+    size_t n = 0;
+    DIR *d = opendir("/proc/self/task");
+    for (struct dirent *e; d && n < sizeof threads && (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(list, sizeof list, "?");
+        if (sched_getaffinity((pid_t)atoi(e->d_name), sizeof set, &set) == 0) {
+            CPU_OR(&all, &all, &set);
+            cpu_list(&set, list, sizeof list);
+        }
+        n += (size_t)snprintf(threads + n, sizeof threads - n, " %d{%s}", task_cpu(e->d_name), list);
+    }
+    if (d) closedir(d);
+    cpu_list(&all, list, sizeof list);
+    snprintf(buf, len, "rank %d on %s: cpus %s; threads as cpu{allowed}:%s", rank, host, list, threads);
+}
+
+typedef struct {
+    fa_tensor q, k, v, out, dout, dq, dk, dv;
+    float *lse;
+} bench_io;
+
+/* One call: the ring's (with its stats), or with --single fa_forward / fa_backward over the
+ * whole sequence in this process (compute = total = the call's time, no wait). */
+static fa_status one_call(fa_context *ctx, const bench_args *a, bench_io *t, const fa_ring_layout *L,
+                          const fa_options *o, int backward, fa_ring_stats *s)
+{
+    if (!a->single) {
+        fa_status st = backward
+            ? fa_ring_backward(ctx, MPI_COMM_WORLD, &t->dq, &t->dk, &t->dv, NULL, &t->dout, &t->q,
+                               &t->k, &t->v, &t->out, t->lse, L, o)
+            : fa_ring_forward(ctx, MPI_COMM_WORLD, &t->out, t->lse, &t->q, &t->k, &t->v, L, o);
+        fa_ring_last_stats(s);
+        return st;
+    }
+    double t0 = MPI_Wtime();
+    fa_status st = backward
+        ? fa_backward(ctx, &t->dq, &t->dk, &t->dv, NULL, &t->dout, &t->q, &t->k, &t->v, &t->out,
+                      t->lse, o)
+        : fa_forward(ctx, &t->out, t->lse, &t->q, &t->k, &t->v, o);
+    double dt = MPI_Wtime() - t0;
+    *s = (fa_ring_stats){ dt, 0.0, dt, 0, 1 };
+    return st;
+}
+
+
+/* Rank 0: the table, each rank's placement, the slowest rank, the summary line. */
+static void report(const bench_args *a, int R, const double *rows, const char *places)
+{
+    int64_t Sg = a->weak ? a->S * R : a->S;
+    const char *env[3] = { getenv("OMP_PLACES"), getenv("OMP_PROC_BIND"), getenv("OMP_NUM_THREADS") };
+    printf("%s %s, %d ranks, %s scaling, global S=%lld, B=%lld H=%lld Hkv=%lld d=%lld, "
+           "%s%s, %s\n", a->single ? "single process (no ring)" : "ring",
+           a->backward ? "backward" : "forward", R, a->weak ? "weak" : "strong", (long long)Sg,
+           (long long)a->B, (long long)a->H, (long long)a->Hkv, (long long)a->d,
+           a->causal ? "causal " : "", a->single ? "one call" : a->zigzag ? "zigzag" : "contiguous",
+           a->dt == FA_F32 ? "f32" : a->dt == FA_F16 ? "f16" : "bf16");
+    printf("threads per rank %d (0: the library's default), OMP_PLACES=%s OMP_PROC_BIND=%s "
+           "OMP_NUM_THREADS=%s\n", a->threads, env[0] ? env[0] : "(unset)",
+           env[1] ? env[1] : "(unset)", env[2] ? env[2] : "(unset)");
+    printf("%5s %8s %11s %11s %11s %11s %11s %7s\n", "rank", "tokens", "compute_s", "wait_s",
+           "total_s", "comm_alone", "overlap_s", "hidden");
+    double worst = 0.0, cmin = 1e300, cmax = 0.0, wmin = 1e300, wmax = 0.0, comm = 0.0;
+    for (int r = 0; r < R; r++) {
+        const double *x = rows + ROW * r;
+        printf("%5d %8.0f %11.5f %11.5f %11.5f %11.5f %11.5f %7.2f\n", r, x[0], x[1], x[2], x[3],
+               x[4], x[5], x[6]);
+        worst = x[3] > worst ? x[3] : worst;
+        cmin = x[1] < cmin ? x[1] : cmin;
+        cmax = x[1] > cmax ? x[1] : cmax;
+        wmin = x[2] < wmin ? x[2] : wmin;
+        wmax = x[2] > wmax ? x[2] : wmax;
+        comm = x[4] > comm ? x[4] : comm;
+    }
+    for (int r = 0; r < R; r++) printf("placement: %s\n", places + (size_t)PLACE * (size_t)r);
+    double flop = 4.0 * (double)a->B * (double)a->H * (double)Sg * (double)Sg * (double)a->d *
+                  (a->causal ? 0.5 : 1.0) * (a->backward ? 2.5 : 1.0);
+    printf("slowest rank %.5f s, %.2f GFLOP/s useful\n", worst, flop / worst * 1e-9);
+    printf("summary mode=%s dir=%s scaling=%s ranks=%d threads=%d S=%lld slowest=%.5f "
+           "compute_min=%.5f compute_max=%.5f wait_min=%.5f wait_max=%.5f comm=%.5f gflops=%.2f\n",
+           a->single ? "single" : "ring", a->backward ? "backward" : "forward",
+           a->weak ? "weak" : "strong", R, a->threads, (long long)Sg, worst, cmin, cmax, wmin,
+           wmax, comm, flop / worst * 1e-9);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -167,7 +302,8 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     bench_args a;
     quiet = rank != 0;
-    const int pr = parse(argc, argv, &a);
+    int pr = parse(argc, argv, &a);
+    if (pr == 0 && a.single && R != 1) pr = bad_opt("--single", "(one process: mpirun -np 1)");
     if (pr != 0) {
         if (pr > 0 && rank == 0) fputs(usage, stdout);
         MPI_Finalize();
@@ -182,36 +318,29 @@ int main(int argc, char **argv)
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     fa_context_set_threads(ctx, a.threads);
-    size_t e = fa_dtype_size(a.dt);
-    void *q = noise((size_t)(a.B * n * a.H * a.d), a.dt), *k = noise((size_t)(a.B * n * a.Hkv * a.d), a.dt);
-    void *v = noise((size_t)(a.B * n * a.Hkv * a.d), a.dt), *dout = noise((size_t)(a.B * n * a.H * a.d), a.dt);
-    void *out = malloc((size_t)(a.B * n * a.H * a.d) * e + 1), *dq = malloc((size_t)(a.B * n * a.H * a.d) * e + 1);
-    void *dk = malloc((size_t)(a.B * n * a.Hkv * a.d) * e + 1), *dv = malloc((size_t)(a.B * n * a.Hkv * a.d) * e + 1);
-    float *lse = malloc(sizeof(float) * (size_t)(a.B * a.H * n) + 4);
-    fa_tensor tq = fa_tensor_contiguous(q, a.dt, a.B, n, a.H, a.d);
-    fa_tensor tk = fa_tensor_contiguous(k, a.dt, a.B, n, a.Hkv, a.d);
-    fa_tensor tv = fa_tensor_contiguous(v, a.dt, a.B, n, a.Hkv, a.d);
-    fa_tensor to = fa_tensor_contiguous(out, a.dt, a.B, n, a.H, a.d);
-    fa_tensor tdo = fa_tensor_contiguous(dout, a.dt, a.B, n, a.H, a.d);
-    fa_tensor tdq = fa_tensor_contiguous(dq, a.dt, a.B, n, a.H, a.d);
-    fa_tensor tdk = fa_tensor_contiguous(dk, a.dt, a.B, n, a.Hkv, a.d);
-    fa_tensor tdv = fa_tensor_contiguous(dv, a.dt, a.B, n, a.Hkv, a.d);
+    size_t e = fa_dtype_size(a.dt), nq = (size_t)(a.B * n * a.H * a.d), nk = (size_t)(a.B * n * a.Hkv * a.d);
+    void *q = noise(nq, a.dt), *k = noise(nk, a.dt), *v = noise(nk, a.dt), *dout = noise(nq, a.dt);
+    void *out = malloc(nq * e + 1), *dq = malloc(nq * e + 1), *dk = malloc(nk * e + 1), *dv = malloc(nk * e + 1);
+    bench_io io = {
+        fa_tensor_contiguous(q, a.dt, a.B, n, a.H, a.d), fa_tensor_contiguous(k, a.dt, a.B, n, a.Hkv, a.d),
+        fa_tensor_contiguous(v, a.dt, a.B, n, a.Hkv, a.d), fa_tensor_contiguous(out, a.dt, a.B, n, a.H, a.d),
+        fa_tensor_contiguous(dout, a.dt, a.B, n, a.H, a.d), fa_tensor_contiguous(dq, a.dt, a.B, n, a.H, a.d),
+        fa_tensor_contiguous(dk, a.dt, a.B, n, a.Hkv, a.d), fa_tensor_contiguous(dv, a.dt, a.B, n, a.Hkv, a.d),
+        malloc(sizeof(float) * (size_t)(a.B * a.H * n) + 4)
+    };
     fa_options o = { 0 };
     o.causal = a.causal ? FA_CAUSAL_TOP_LEFT : FA_CAUSAL_NONE;
     double *tot = malloc(sizeof(double) * (size_t)a.reps);
     fa_ring_stats best = { 0 }, *all = malloc(sizeof(fa_ring_stats) * (size_t)a.reps);
-    fa_status st = fa_ring_forward(ctx, MPI_COMM_WORLD, &to, lse, &tq, &tk, &tv, &L, &o);
+    fa_status st = one_call(ctx, &a, &io, &L, &o, 0, &best);   /* warm-up (and out, lse) */
     for (int i = 0; i < a.reps && st == FA_OK; i++) {
         MPI_Barrier(MPI_COMM_WORLD);
-        st = a.backward
-             ? fa_ring_backward(ctx, MPI_COMM_WORLD, &tdq, &tdk, &tdv, NULL, &tdo, &tq, &tk, &tv,
-                                &to, lse, &L, &o)
-             : fa_ring_forward(ctx, MPI_COMM_WORLD, &to, lse, &tq, &tk, &tv, &L, &o);
-        fa_ring_last_stats(&all[i]);
+        st = one_call(ctx, &a, &io, &L, &o, a.backward, &all[i]);
         tot[i] = all[i].total_s;
     }
     if (st != FA_OK) {
-        if (rank == 0) fprintf(stderr, "ring call failed: %s\n", fa_ring_last_error());
+        if (rank == 0) fprintf(stderr, "%s call failed: %s\n", a.single ? "single" : "ring",
+                               a.single ? fa_last_error(ctx) : fa_ring_last_error());
         MPI_Finalize();
         return 1;
     }
@@ -223,30 +352,15 @@ int main(int argc, char **argv)
     size_t dkvb = (size_t)(a.B * nmax * a.Hkv * 2 * a.d) * sizeof(float);
     double comm = comm_alone(MPI_COMM_WORLD, kvb, dkvb, a.backward);
     double overlap = comm > best.wait_s ? comm - best.wait_s : 0.0;
-    double row[7] = { (double)n, best.compute_s, best.wait_s, best.total_s, comm, overlap,
-                      comm > 0 ? overlap / comm : 1.0 };
-    double *rows = rank == 0 ? malloc(sizeof(double) * 7 * (size_t)R) : NULL;
-    MPI_Gather(row, 7, MPI_DOUBLE, rows, 7, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-    if (rank == 0) {
-        int64_t Sg = a.weak ? a.S * R : a.S;
-        printf("ring %s, %d ranks, %s scaling, global S=%lld, B=%lld H=%lld Hkv=%lld d=%lld, "
-               "%s%s, %s\n", a.backward ? "backward" : "forward", R, a.weak ? "weak" : "strong",
-               (long long)Sg, (long long)a.B, (long long)a.H, (long long)a.Hkv, (long long)a.d,
-               a.causal ? "causal " : "", a.zigzag ? "zigzag" : "contiguous",
-               a.dt == FA_F32 ? "f32" : a.dt == FA_F16 ? "f16" : "bf16");
-        printf("%5s %8s %11s %11s %11s %11s %11s %7s\n", "rank", "tokens", "compute_s",
-               "wait_s", "total_s", "comm_alone", "overlap_s", "hidden");
-        double worst = 0.0;
-        for (int r = 0; r < R; r++) {
-            double *x = rows + 7 * r;
-            printf("%5d %8.0f %11.5f %11.5f %11.5f %11.5f %11.5f %7.2f\n", r, x[0], x[1], x[2],
-                   x[3], x[4], x[5], x[6]);
-            if (x[3] > worst) worst = x[3];
-        }
-        double flop = 4.0 * (double)a.B * (double)a.H * (double)Sg * (double)Sg * (double)a.d *
-                      (a.causal ? 0.5 : 1.0) * (a.backward ? 2.5 : 1.0);
-        printf("slowest rank %.5f s, %.2f GFLOP/s useful\n", worst, flop / worst * 1e-9);
-    }
+    double row[ROW] = { (double)n, best.compute_s, best.wait_s, best.total_s, comm, overlap,
+                        comm > 0 ? overlap / comm : 1.0 };
+    char place[PLACE];
+    placement(rank, place, sizeof place);
+    double *rows = rank == 0 ? malloc(sizeof(double) * ROW * (size_t)R) : NULL;
+    char *places = rank == 0 ? malloc((size_t)PLACE * (size_t)R) : NULL;
+    MPI_Gather(row, ROW, MPI_DOUBLE, rows, ROW, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    MPI_Gather(place, PLACE, MPI_CHAR, places, PLACE, MPI_CHAR, 0, MPI_COMM_WORLD);
+    if (rank == 0) report(&a, R, rows, places);
     fa_context_destroy(ctx);
     MPI_Finalize();
     return 0;
