@@ -16,8 +16,9 @@ own). Both get the same inputs (uniform in [-1, 1), written once by the torch wo
 files both map) and the same pinning: OMP_NUM_THREADS = the largest thread count,
 OMP_PLACES=cores, OMP_PROC_BIND=close (unless set), then fa_context_set_threads(n) and
 torch.set_num_threads(n) per cell. Per cell: a first call and one timed call on each side
-(torch: on each layout tried, see below), then --rounds rounds; in each, each side times k
-calls (k from that timed call, so that they last about --min-time seconds, at most
+(the first alone when it takes over half a second; torch: on each layout tried, see
+below), then --rounds rounds; in each, each side times k calls (k from that timed call,
+so that they last about --min-time seconds, at most
 --max-calls) and reports their median; the side that goes first alternates from round to
 round. A cell's figure is the median of its rounds; the rounds column gives the lowest and
 highest single-round ours/torch. Cells run S by S (all of 1k, then 4k), so that
@@ -67,6 +68,19 @@ def tensors_of(direction):
 
 def nelem(c):
     return c["B"] * c["S"] * c["H"] * c["d"]
+
+
+def first_calls(fn):
+    """A first call, and the time of a second one; of the first alone when it took more
+    than half a second (long enough that what a first call sets up does not show)."""
+    t0 = time.perf_counter()
+    fn()
+    t = time.perf_counter() - t0
+    if t > 0.5:
+        return t
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
 
 
 def time_k(fn, k):
@@ -150,10 +164,7 @@ class Ours:
     def warm(self, threads, direction):
         if direction == "bwd":
             self.call(threads, "fwd")                 # out and lse for the backward
-        self.call(threads, direction)
-        t0 = time.perf_counter()
-        self.call(threads, direction)
-        return {"t": time.perf_counter() - t0, "layout": "bshd"}
+        return {"t": first_calls(lambda: self.call(threads, direction)), "layout": "bshd"}
 
     def time(self, threads, direction, k):
         return {"t": time_k(lambda: self.call(threads, direction), k)}
@@ -213,19 +224,15 @@ class Torch:
         return bwd
 
     def warm(self, threads, direction, layout):
-        """A first call, then one timed call, on each layout tried; keeps the faster."""
+        """first_calls on each layout tried; keeps the faster."""
         self.torch.set_num_threads(threads)
         best = None
         for lay in (("bhsd", "bshd") if layout == "best" else (layout,)):
             fn = self.prepare(lay, direction)
-            fn()
-            t0 = time.perf_counter()
-            fn()
-            t = time.perf_counter() - t0
+            t = first_calls(fn)
             if best is None or t < best[0]:
                 best = (t, lay, fn)
         self.fn = best[2]
-        self.fn()                                 # its outputs are the last call's again
         return {"t": best[0], "layout": best[1]}
 
     def time(self, threads, direction, k):
@@ -384,11 +391,11 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--dtype", default="f32,bf16")
     ap.add_argument("--headdim", default="64,128")
-    ap.add_argument("--seqlen", default="1024,4096")
-    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--seqlen", help="default 1024,4096 (--quick 256,512)")
+    ap.add_argument("--heads", type=int, help="default 16 (--quick 4)")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--causal", action="store_true", help="also the causal cells")
-    ap.add_argument("--quick", action="store_true", help="S 256 and 512, H 4")
+    ap.add_argument("--quick", action="store_true", help="small shapes: S 256 and 512, H 4")
     ap.add_argument("--torch-layout", default="best", choices=("best", "bhsd", "bshd"))
     ap.add_argument("--min-time", type=float, default=0.2, help="seconds of calls per side "
                     "per round (at least one call)")
@@ -412,8 +419,8 @@ def main():
     except ImportError as e:
         print(f"torch_cpu_rounds.py: PyTorch is not installed ({e})", file=sys.stderr)
         return 3
-    if args.quick:
-        args.seqlen, args.heads = "256,512", 4
+    args.seqlen = args.seqlen or ("256,512" if args.quick else "1024,4096")
+    args.heads = args.heads or (4 if args.quick else 16)
     ncores = os.cpu_count() or 1
     args.thr = sorted({int(t) for t in args.threads.split(",")} if args.threads else {1, ncores})
     lib = find_lib(args)
