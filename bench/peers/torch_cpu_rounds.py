@@ -18,9 +18,8 @@ OMP_PLACES=cores, OMP_PROC_BIND=close (unless set), then fa_context_set_threads(
 torch.set_num_threads(n) per cell. Per cell: a first call and one timed call on each side
 (the first alone when it takes over half a second; torch: on each layout tried, see
 below), then --rounds rounds; in each, each side times k calls (k from that timed call,
-so that they last about --min-time seconds, at most
---max-calls) and reports their median; the side that goes first alternates from round to
-round. A cell's figure is the median of its rounds; the rounds column gives the lowest and
+so that they last about --min-time seconds, at most --max-calls) and reports their
+median; the side that goes first alternates from round to round. A cell's figure is the median of its rounds; the rounds column gives the lowest and
 highest single-round ours/torch. Cells run S by S (all of 1k, then 4k), so that
 --deadline, when it cuts the run short, leaves out the longest cells.
 The forward is timed alone. The backward is timed alone on both sides: ours calls
@@ -29,8 +28,7 @@ autograd) once outside the timed region and times torch.autograd.grad(out, (q, k
 dout, retain_graph=True) on that graph.
 torch's layout: its SDPA takes [B, H, S, d]; it gets either those contiguous (bhsd) or
 our [B, S, H, d] storage as a transposed view (bshd). --torch-layout best (the default)
-times one call of each after the warm-up and keeps the faster for the cell; the table
-says which.
+times the warm-up's call on each and keeps the faster for the cell; the table says which.
 Agreement: after the rounds the torch worker compares our outputs (out; dq, dk, dv) with
 its own on the same inputs: max |ours - torch| / max |torch|, a guard that both sides
 solved the same problem (above 1e-4 for f32 or 2e-2 for bf16 the cell is marked DIFFER and
