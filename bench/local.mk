@@ -8,9 +8,9 @@ bench_flashattn_bench_SOURCES = \
 bench_flashattn_bench_CPPFLAGS = -I$(top_srcdir)/include -I$(top_srcdir)/tests/oracle
 bench_flashattn_bench_CFLAGS = $(AM_CFLAGS) $(BLAS_CFLAGS)
 bench_flashattn_bench_LDADD = libflashattn.la tests/oracle/liboracle.la -lm $(BLAS_LIBS)
-EXTRA_DIST += bench/peers/torch_cpu.py bench/peers/torch_gpu.py bench/peers/ggml_decode.c \
-	bench/ab.sh bench/gpu/build-kit.sh bench/gpu/kit-env.sh bench/gpu/run-on-gpu.sh \
-	bench/gpu/reliability.sh bench/gpu/ncu.sh
+EXTRA_DIST += bench/peers/torch_cpu.py bench/peers/torch_cpu_rounds.py bench/peers/torch_gpu.py \
+	bench/peers/ggml_decode.c bench/ab.sh bench/gpu/build-kit.sh bench/gpu/kit-env.sh \
+	bench/gpu/run-on-gpu.sh bench/gpu/reliability.sh bench/gpu/ncu.sh
 # make check: flashattn-bench without CUDA (n/a rows and exit 0; the GPU sweep exits 3)
 # and its command line (-h, --version, bad options).
 TESTS += bench/test-cuda-absent.sh

@@ -16,7 +16,10 @@ prints ours / torch for each on stderr (best of our rungs per shape, direction, 
   python3 bench/peers/torch_cpu.py                                  # the ladder's shape
 
 Timing: one warm-up, then at least 3 and at most --repeats calls within --budget seconds;
-the median is reported. The backward is (forward + backward) - forward.
+the median is reported. The backward is timed alone: the forward (with autograd) runs once
+outside the timed calls, which call torch.autograd.grad(out, (q, k, v), dout,
+retain_graph=True) on its graph. torch gets [B, H, S, d] contiguous. For the whole table in
+alternating rounds (ours and torch cell by cell), see torch_cpu_rounds.py.
 Exit status: 0, 2 bad usage, 3 torch is not installed.
 """
 import argparse
@@ -100,10 +103,10 @@ def time_shape(torch, s, direction, args):
         tf = time_call(fwd, sync, args.repeats, args.budget)
     if not bw:
         return tf
-    dout = torch.rand_like(fwd())
-    med, lo, hi, n = time_call(lambda: torch.autograd.grad(fwd(), (q, k, v), dout), sync,
-                               args.repeats, args.budget)
-    return med - tf[0], lo - tf[0], hi - tf[0], n     # the backward alone
+    out = fwd()                          # the graph, built outside the timed calls
+    dout = torch.rand_like(out)
+    return time_call(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True),
+                     sync, args.repeats, args.budget)   # the backward alone
 
 
 def run_torch(torch, shapes, args):
@@ -119,7 +122,8 @@ def run_torch(torch, shapes, args):
             gf = flops(s, direction == "bwd") / med / 1e9
             row.update(status="PASS", time_med_s=f"{med:.6g}", time_min_s=f"{lo:.6g}",
                        time_max_s=f"{hi:.6g}", runs=n, gflops=f"{gf:.6g}",
-                       note="backward = (forward+backward) - forward" if direction == "bwd" else "")
+                       note="backward alone: autograd.grad(retain_graph=True) on one graph"
+                       if direction == "bwd" else "")
         except Exception as e:               # one shape torch lacks must not stop the rest
             row.update(status="n/a", note=f"{type(e).__name__}: {e}".replace("\n", " ")[:190])
         rows.append(row)
