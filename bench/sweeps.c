@@ -264,11 +264,16 @@ static const int64_t full_S[] = { 512, 1024, 2048, 4096, 8192 };
 static const int64_t full_d[] = { 64, 128 };
 static const fa_dtype full_dt[] = { FA_F32, FA_BF16 };
 
+/* Thread counts of the CPU sweep: 1 and --threads (default all cores); directions: 2, or 1
+   with --forward-only. */
+static int full_nthr(const bench_run *R) { return R->threads > 1 ? 2 : 1; }
+static int full_ndir(const bench_run *R) { return R->ladder_bwd ? 2 : 1; }
+
 int sweep_count_full(const bench_run *R)
 {
-    int nthr = R->nthreads_all > 1 ? 2 : 1;
-    if (R->sweep_only) return 2 * nthr;
-    return NELEM(full_S) * NELEM(full_d) * NELEM(full_dt) * 2 * 2 * nthr + 3;
+    const int n = full_nthr(R) * full_ndir(R);
+    if (R->sweep_only) return n;
+    return NELEM(full_S) * NELEM(full_d) * NELEM(full_dt) * 2 * n + 3;
 }
 
 static void full_point(bench_run *R, const rung_spec *rs, const char *label,
@@ -304,11 +309,10 @@ void sweep_full(bench_run *R)
     char label[32];
     rung_spec rs = sweep_rung(R, label, sizeof label);
     if (!cpu_wanted(R)) return;
-    int thr[2] = { 1, R->nthreads_all };
-    int nthr = R->nthreads_all > 1 ? 2 : 1;
-    if (R->sweep_only) {   /* the one problem of the command line, fwd and bwd */
+    const int thr[2] = { 1, R->threads }, nthr = full_nthr(R), ndir = full_ndir(R);
+    if (R->sweep_only) {   /* the one problem of the command line, fwd (and bwd) */
         for (int t = 0; t < nthr; t++)
-            for (int bw = 0; bw < 2; bw++) {
+            for (int bw = 0; bw < ndir; bw++) {
                 double rate = 0;
                 full_point(R, &rs, label, &R->sh, bw, thr[t], &rate, "full");
             }
@@ -318,7 +322,7 @@ void sweep_full(bench_run *R)
         for (int b = 0; b < NELEM(full_d); b++)
             for (int c = 0; c < 2; c++)
                 for (int t = 0; t < nthr; t++)
-                    for (int bw = 0; bw < 2; bw++) {
+                    for (int bw = 0; bw < ndir; bw++) {
                         double rate = 0;
                         for (int s = 0; s < NELEM(full_S); s++) {
                             bench_shape sh = { full_dt[a], 1, 16, 16, full_S[s], full_S[s],

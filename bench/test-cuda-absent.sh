@@ -5,7 +5,9 @@
 #   --backend cuda --mode ladder: exit 0; the reason printed once ("CUDA: not available:
 #     ..."), the cuda rung an n/a row forward and backward, n/a in results.csv;
 #   --backend cuda --mode sweep (the GPU sweep): exit 3, the reason printed once;
-#   -h, --help, --version: exit 0 with text on stdout; a bad option or value: exit 2.
+#   -h, --help, --version: exit 0 with text on stdout; a bad option or value: exit 2;
+#   --mode sweep --sweep-only: the rows of 1 thread and --threads, forward only with
+#     --forward-only.
 bench=./bench/flashattn-bench
 out=${TMPDIR:-/tmp}/fa-bench-cuda-absent.$$
 trap 'rm -rf "$out"' EXIT
@@ -45,4 +47,13 @@ for bad in "--backend gpu" "--isa sse" "--mode nope" "--seqlen 0" "--bogus" "str
   [ "$(wc -l < "$out/stderr")" -eq 1 ] || fail "'$bad': expected a one-line error"
 done
 echo "ok bad options: exit 2 with one line"
+# --sweep-only takes its threads from --threads and drops the backward with --forward-only
+for t in 1 2; do
+  $bench --backend cpu --mode sweep --sweep-only --heads 1 --seqlen 128 --headdim 64 \
+    --threads $t --forward-only --format csv > "$out/stdout" 2> "$out/stderr" || fail "--sweep-only --threads $t: exit status $?"
+  got=$(sed 's/"[^"]*"/q/g' "$out/stdout" | awk -F, '$1 == "full" { printf "%s/%s ", $4, $14 }')
+  want="fwd/1 "; [ $t = 2 ] && want="fwd/1 fwd/2 "
+  [ "$got" = "$want" ] || fail "--sweep-only --threads $t --forward-only: rows (dir/threads) '$got', expected '$want'"
+done
+echo "ok --sweep-only: --threads and --forward-only"
 exit 0
