@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "bench.h"
+#include "read_loop.h"
 
 typedef struct { int64_t B, S; fa_dtype dt; } decode_cell;
 
@@ -20,31 +21,6 @@ static const decode_cell cells[] = {
     { 8, 8192, FA_F16 }, { 1, 65536, FA_F16 },
 };
 #define NCELLS (int)(sizeof cells / sizeof cells[0])
-
-static volatile float read_sink;   /* the read loop's sums: the loads cannot be dropped */
-
-/* One pass of the read loop: the sum of n floats on `threads` threads; seconds. */
-static double read_pass(const float *buf, size_t n, int threads)
-{
-    double t0 = now_s();
-    float s = 0.0f;
-#pragma omp parallel for simd num_threads(threads) reduction(+:s) schedule(static)
-    for (size_t i = 0; i < n; i++) s += buf[i];
-    read_sink = s;
-    return now_s() - t0;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* One cell on ctx: check, then rounds of (one call, one read pass). Returns 1 when the
    check failed. */

@@ -4,7 +4,7 @@ bin_PROGRAMS += bench/flashattn-bench
 bench_flashattn_bench_SOURCES = \
 	bench/bench.h bench/main.c bench/options.c bench/data.c bench/check.c bench/naive.c \
 	bench/peak.c bench/measure.c bench/rungs.c bench/sweeps.c bench/report.c bench/plot.c \
-	bench/cudrv.c bench/cudrv.h bench/gpu.c bench/decode.c bench/decode_gpu.c
+	bench/cudrv.c bench/cudrv.h bench/gpu.c bench/decode.c bench/read_loop.h bench/decode_gpu.c
 bench_flashattn_bench_CPPFLAGS = -I$(top_srcdir)/include -I$(top_srcdir)/tests/oracle
 bench_flashattn_bench_CFLAGS = $(AM_CFLAGS) $(BLAS_CFLAGS)
 bench_flashattn_bench_LDADD = libflashattn.la tests/oracle/liboracle.la -lm $(BLAS_LIBS)

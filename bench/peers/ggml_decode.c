@@ -39,6 +39,7 @@
 #include <unistd.h>
 #include "ggml.h"
 #include "ggml-cpu.h"
+#include "../read_loop.h"   /* the read loop flashattn-bench divides by */
 
 enum { H = 32, HKV = 8, D = 128, MAXROUNDS = 99 };
 
@@ -52,8 +53,6 @@ static const cell cells[] = {
 };
 #define NCELLS (int)(sizeof cells / sizeof cells[0])
 
-static volatile float read_sink;
-
 /* --head-major: the cache stored [B][Hkv][S][d], each head's rows contiguous (not
    llama.cpp's layout; ggml's kernel then streams each head); else [B][S][Hkv][d]. */
 static int head_major;
@@ -65,34 +64,11 @@ static size_t kv_offset(const cell *c, int64_t b, int hk, int64_t j)
     return (size_t)row * D;
 }
 
-static double now_s(void)
+double now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* One pass of the read loop: the sum of n floats on `threads` threads; seconds. */
-static double read_pass(const float *buf, size_t n, int threads)
-{
-    double t0 = now_s();
-    float s = 0.0f;
-#pragma omp parallel for simd num_threads(threads) reduction(+:s) schedule(static)
-    for (size_t i = 0; i < n; i++) s += buf[i];
-    read_sink = s;
-    return now_s() - t0;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* Deterministic uniform values in [-1, 1). */
