@@ -242,6 +242,13 @@ void run_decode_suite(void)
        1 .. 32, against full caches and caches of 0 and 1 rows */
     { deccase c = { FA_BF16, 1, 1, 1, 0, 8192, 32, 8, 128, 128, FA_CAUSAL_BOTTOM_RIGHT, 0, -1, -1, 0.f, 0, 0, 1, 1, 0 }; run_decode(&c); }
     { deccase c = { FA_F16, 2, 4, 4, 256, 4096, 16, 2, 64, 64, FA_CAUSAL_BOTTOM_RIGHT, 0, -1, -1, 0.f, 0, 1, 1, 1, 0 }; run_decode(&c); }
+    /* one token over long caches at every class, contiguous and paged: each block walks
+       many chunks through its ring (the copies of one chunk must all land before any warp
+       reads it, whichever copy path the class takes) */
+    { deccase c = { FA_BF16, 2, 1, 1, 0, 8192, 32, 8, 64, 64, FA_CAUSAL_BOTTOM_RIGHT, 0, -1, -1, 0.f, 0, 0, 1, 1, 0 }; run_decode(&c); }
+    { deccase c = { FA_F16, 2, 1, 0, 16, 6000, 32, 8, 256, 256, FA_CAUSAL_BOTTOM_RIGHT, 0, -1, -1, 0.f, 0, 0, 1, 1, 0 }; run_decode(&c); }
+    { deccase c = { FA_BF16, 3, 1, 1, 256, 8192, 32, 8, 128, 128, FA_CAUSAL_BOTTOM_RIGHT, 0, -1, -1, 0.f, 0, 1, 1, 0, 0 }; run_decode(&c); }
+    { deccase c = { FA_BF16, 40, 1, 0, 16, 2048, 16, 8, 64, 64, FA_CAUSAL_BOTTOM_RIGHT, 0, -1, -1, 0.f, 0, 0, 1, 1, 0 }; run_decode(&c); }
     static const int forced[] = { 1, 2, 3, 5, 8, 13, 32 };
     for (int si = 0; si < 7; si++) {
         if (quick && si % 2) continue;
