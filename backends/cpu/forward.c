@@ -264,6 +264,19 @@ static void merge_splits(const fwd_geom *g, const fwd_buffers *bf,
     }
 }
 
+/* Output rows are H*dv elements apart, each on its own page for large H*dv, where the
+   hardware prefetchers stop: the rows OUT_PF ahead of the one being written are
+   prefetched for writing, so that their misses overlap instead of stalling each store. */
+#define OUT_PF 8
+
+static void prefetch_out_row(const fa_problem *p, const fa_seq *sq, int64_t h, int64_t i)
+{
+    const char *dst = (const char *)p->out.data +
+                      fa_qrow(&p->out, sq, i, h) * (int64_t)fa_dtype_size(p->out.dtype);
+    int64_t bytes = p->dv * (int64_t)fa_dtype_size(p->out.dtype);
+    for (int64_t x = 0; x < bytes; x += 64) __builtin_prefetch(dst + x, 1, 3);
+}
+
 /* Task t (of nb * nsplit, heaviest first): one split of one block. Without splits the
    block's rows are finished and written at once; with them the partial goes to parts. */
 static void run_task(const fwd_geom *g, const fwd_buffers *bf,
@@ -275,9 +288,13 @@ static void run_task(const fwd_geom *g, const fwd_buffers *bf,
     if (nsplit == 1) {
         fa_cpu_fwd_task(g, f, 0, 1, w, w->o, w->m, w->l);
         fa_seq sq = fa_problem_seq(g->p, f->b);
-        for (int r = 0; r < f->nh * f->ni; r++)
+        int nr = (int)(f->nh * f->ni);
+        for (int r = 0; r < OUT_PF && r < nr; r++) prefetch_out_row(g->p, &sq, w->hr[r], w->ir[r]);
+        for (int r = 0; r < nr; r++) {
+            if (r + OUT_PF < nr) prefetch_out_row(g->p, &sq, w->hr[r + OUT_PF], w->ir[r + OUT_PF]);
             fwd_store_row(g->K, g->p, &sq, f->b, w->hr[r], w->ir[r], w->o + r * g->ldv, w->m[r],
                           w->l[r], bf->zero);
+        }
     } else {
         const int64_t ldq = g->ldq, ldv = g->ldv;
         float *pt = bf->parts + bf->partsz * tt;

@@ -6,6 +6,7 @@
  *   for each KV tile some row sees:
  *     load_kv     K and V tile -> the kernels' layout (or the thread's K/V cache)
  *     scores      S^T = K Q^T, over the pairs some row sees when partly masked
+ *     prefetch    a share of the output rows and of the next Q block's rows (into L2)
  *     softmax     score pipeline, mask, online softmax update, dropout mask
  *     pv          O = alpha O + P V
  *   finish        AMX: O^T back to O rows
@@ -126,18 +127,28 @@ static void pack_q_pairs(const fwd_geom *g, const fa_seq *sq, int nr, fwd_scratc
     }
 }
 
+/* First byte of row r of the block in q (w->ir, w->hr), qsz bytes per element. */
+#define Q_SRC(p, sq, w, r, qsz) \
+    ((const char *)(p)->q.data + fa_qrow(&(p)->q, sq, (w)->ir[r], (w)->hr[r]) * (int64_t)(qsz))
+
 /* fp32: Q^T [dqk][ldq], 16 rows at a time converted into tmp [16][ldk], then transposed
-   (fa_cpu_transpose_f32: the kernel set's 16 x 16 register transposes). */
+   (fa_cpu_transpose_f32: the kernel set's 16 x 16 register transposes). The rows are H*dqk
+   elements apart (one page each for large H*dqk, as K/V): each row's copy prefetches the
+   row 16 ahead. */
 static void pack_q_f32(const fwd_geom *g, const fa_seq *sq, int nr, fwd_scratch *w)
 {
     const fa_problem *p = g->p;
     size_t qsz = fa_dtype_size(p->q.dtype);
+    const int64_t qb = g->dqk * (int64_t)qsz;
     for (int r0 = 0; r0 < nr; r0 += 16) {
         int rn = nr - r0 < 16 ? nr - r0 : 16;
-        for (int r = 0; r < rn; r++)
-            g->K->cvt_in(w->tmp + r * g->ldk, (const char *)p->q.data +
-                         fa_qrow(&p->q, sq, w->ir[r0 + r], w->hr[r0 + r]) * (int64_t)qsz, g->dqk,
-                         p->q.dtype);
+        for (int r = 0; r < rn; r++) {
+            if (r0 + r + 16 < nr) {
+                const char *qp = Q_SRC(p, sq, w, r0 + r + 16, qsz);
+                for (int64_t x = 0; x < qb; x += 64) __builtin_prefetch(qp + x, 0, 3);
+            }
+            g->K->cvt_in(w->tmp + r * g->ldk, Q_SRC(p, sq, w, r0 + r, qsz), g->dqk, p->q.dtype);
+        }
         fa_cpu_transpose_f32(g->K, w->qt + r0, g->ldq, w->tmp, g->ldk, rn, g->dqk);
     }
 }
@@ -417,6 +428,37 @@ static void pv_f32(const fwd_geom *g, const kv_tile *t, int nr, fwd_scratch *w, 
     }
 }
 
+static void prefetch_bytes(const char *a, int64_t bytes, int write)
+{
+    if (write)
+        for (int64_t x = 0; x < bytes; x += 64) __builtin_prefetch(a + x, 1, 2);
+    else
+        for (int64_t x = 0; x < bytes; x += 64) __builtin_prefetch(a + x, 0, 2);
+}
+
+/* Share `step` of `nstep` of the rows that the task's neighbours touch, prefetched into
+   L2 between the products of a KV tile, where the misses overlap the arithmetic: the
+   block's output rows (written when it finishes; only without splits) and the rows of
+   the Q block below it in the same heads (the one the dynamic schedule's chunk most
+   likely hands this thread next). Both are rows H*d elements apart, a page each for
+   large H*d, which the hardware prefetchers do not follow. */
+static void prefetch_neighbours(const fwd_geom *g, const fwd_block *f, const fa_seq *sq,
+                                const fwd_scratch *w, int nr, int64_t step, int64_t nstep,
+                                int nsplit)
+{
+    const fa_problem *p = g->p;
+    int r0 = (int)(nr * step / nstep), r1 = (int)(nr * (step + 1) / nstep);
+    int64_t osz = fa_dtype_size(p->out.dtype), qsz = fa_dtype_size(p->q.dtype);
+    for (int r = r0; r < r1; r++) {
+        if (nsplit == 1)
+            prefetch_bytes((const char *)p->out.data +
+                           fa_qrow(&p->out, sq, w->ir[r], w->hr[r]) * osz, g->dv * osz, 1);
+        if (f->nh == 1 && f->i0 - 1 - r >= 0)
+            prefetch_bytes((const char *)p->q.data + fa_qrow(&p->q, sq, f->i0 - 1 - r, f->h0) * qsz,
+                           g->dqk * qsz, 0);
+    }
+}
+
 void fa_cpu_fwd_task(const fwd_geom *g, const fwd_block *f, int split, int nsplit,
                      fwd_scratch *w, float *o, float *m, float *l)
 {
@@ -430,6 +472,7 @@ void fa_cpu_fwd_task(const fwd_geom *g, const fwd_block *f, int split, int nspli
     for (int64_t kb = kb0; kb < kb1; kb++) {
         kv_tile t = load_kv(g, f, &sq, kb, w);
         scores(g, &t, nr, w);
+        prefetch_neighbours(g, f, &sq, w, nr, kb - kb0, kb1 - kb0, nsplit);
         softmax(g, &sq, f->b, &t, nr, w, m, l);
         if (g->X) pv_amx(g, &t, nr, w);
         else if (g->bfp) pv_pairs(g, &t, nr, w, o);
