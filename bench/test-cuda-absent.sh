@@ -50,7 +50,7 @@ echo "ok bad options: exit 2 with one line"
 # --sweep-only takes its threads from --threads and drops the backward with --forward-only
 for t in 1 2; do
   $bench --backend cpu --mode sweep --sweep-only --heads 1 --seqlen 128 --headdim 64 \
-    --threads $t --forward-only --format csv > "$out/stdout" 2> "$out/stderr" || fail "--sweep-only --threads $t: exit status $?"
+    --threads $t --forward-only --format csv --out "$out" > "$out/stdout" 2> "$out/stderr" || fail "--sweep-only --threads $t: exit status $?"
   got=$(sed 's/"[^"]*"/q/g' "$out/stdout" | awk -F, '$1 == "full" { printf "%s/%s ", $4, $14 }')
   want="fwd/1 "; [ $t = 2 ] && want="fwd/1 fwd/2 "
   [ "$got" = "$want" ] || fail "--sweep-only --threads $t --forward-only: rows (dir/threads) '$got', expected '$want'"
