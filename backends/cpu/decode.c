@@ -37,6 +37,7 @@
 #include "scores.h"
 #include "scratch.h"
 #include "state.h"
+#include "vecops.h"
 #include "threads.h"
 #include "vecops.h"
 
@@ -204,11 +205,6 @@ static const char *kv_row(const fa_problem *p, const fa_tensor *t, const fa_seq 
     return (const char *)t->data + fa_krow(p, t, sq, b, j, hk) * (int64_t)sz;
 }
 
-static void prefetch_row(const char *a, int64_t bytes)
-{
-    for (int64_t x = 0; x < bytes; x += 64) __builtin_prefetch(a + x, 0, 3);
-}
-
 /* Rows j0 .. j0+nk-1 of every KV head of t -> dst [hk][bk][ld] fp32, key by key (the
    heads of a key are adjacent in the usual [.., S, Hkv, d] layout: one stream); rows
    DEC_PF keys ahead (below jend) are prefetched. dst NULL: the rows are read in place
@@ -225,7 +221,7 @@ static int load_rows(const dec_geom *g, const fa_tensor *t, int64_t d, int64_t l
     int bad = 0;
     for (int j = 0; j < nk; j++) {
         for (int64_t hk = 0; hk < g->hkv; hk++) {
-            if (j0 + j + pf < jend) prefetch_row(kv_row(p, t, sq, b, j0 + j + pf, hk, sz), bytes);
+            if (j0 + j + pf < jend) fa_cpu_prefetch_span(kv_row(p, t, sq, b, j0 + j + pf, hk, sz), bytes, 0, 0);
             if (!dst) continue;
             float *row = dst + (hk * g->bk + j) * ld;
             g->K->cvt_in(row, kv_row(p, t, sq, b, j0 + j, hk, sz), d, t->dtype);

@@ -30,6 +30,7 @@
 #include "state.h"
 #include "threads.h"
 #include "tiles.h"
+#include "vecops.h"
 
 #define SPLIT_TARGET 32   /* split KV when fewer Q blocks than this (decode) */
 
@@ -273,8 +274,7 @@ static void prefetch_out_row(const fa_problem *p, const fa_seq *sq, int64_t h, i
 {
     const char *dst = (const char *)p->out.data +
                       fa_qrow(&p->out, sq, i, h) * (int64_t)fa_dtype_size(p->out.dtype);
-    int64_t bytes = p->dv * (int64_t)fa_dtype_size(p->out.dtype);
-    for (int64_t x = 0; x < bytes; x += 64) __builtin_prefetch(dst + x, 1, 3);
+    fa_cpu_prefetch_span(dst, p->dv * (int64_t)fa_dtype_size(p->out.dtype), 1, 0);
 }
 
 /* Task t (of nb * nsplit, heaviest first): one split of one block. Without splits the

@@ -144,8 +144,7 @@ static void pack_q_f32(const fwd_geom *g, const fa_seq *sq, int nr, fwd_scratch 
         int rn = nr - r0 < 16 ? nr - r0 : 16;
         for (int r = 0; r < rn; r++) {
             if (r0 + r + 16 < nr) {
-                const char *qp = Q_SRC(p, sq, w, r0 + r + 16, qsz);
-                for (int64_t x = 0; x < qb; x += 64) __builtin_prefetch(qp + x, 0, 3);
+                fa_cpu_prefetch_span(Q_SRC(p, sq, w, r0 + r + 16, qsz), qb, 0, 0);
             }
             g->K->cvt_in(w->tmp + r * g->ldk, Q_SRC(p, sq, w, r0 + r, qsz), g->dqk, p->q.dtype);
         }
@@ -228,8 +227,8 @@ static int load_kv_f32(const fwd_geom *g, const fa_seq *sq, int64_t b, int64_t h
         if (j + PF < nk) {
             const char *kp = KV_SRC(p, &p->k, sq, b, j0 + j + PF, hk, ksz);
             const char *vp = KV_SRC(p, &p->v, sq, b, j0 + j + PF, hk, vsz);
-            for (int64_t x = 0; x < kb_; x += 64) __builtin_prefetch(kp + x, 0, 2);
-            for (int64_t x = 0; x < vb_; x += 64) __builtin_prefetch(vp + x, 0, 2);
+            fa_cpu_prefetch_span(kp, kb_, 0, 1);
+            fa_cpu_prefetch_span(vp, vb_, 0, 1);
         }
         K->cvt_in(kc + j * ldk, KV_SRC(p, &p->k, sq, b, j0 + j, hk, ksz), dqk, p->k.dtype);
         K->cvt_in(vc + j * ldv, KV_SRC(p, &p->v, sq, b, j0 + j, hk, vsz), dv, p->v.dtype);
@@ -428,14 +427,6 @@ static void pv_f32(const fwd_geom *g, const kv_tile *t, int nr, fwd_scratch *w, 
     }
 }
 
-static void prefetch_bytes(const char *a, int64_t bytes, int write)
-{
-    if (write)
-        for (int64_t x = 0; x < bytes; x += 64) __builtin_prefetch(a + x, 1, 2);
-    else
-        for (int64_t x = 0; x < bytes; x += 64) __builtin_prefetch(a + x, 0, 2);
-}
-
 /* Share `step` of `nstep` of the rows that the task's neighbours touch, prefetched into
    L2 between the products of a KV tile, where the misses overlap the arithmetic: the
    block's output rows (written when it finishes; only without splits) and the rows of
@@ -451,11 +442,11 @@ static void prefetch_neighbours(const fwd_geom *g, const fwd_block *f, const fa_
     int64_t osz = fa_dtype_size(p->out.dtype), qsz = fa_dtype_size(p->q.dtype);
     for (int r = r0; r < r1; r++) {
         if (nsplit == 1)
-            prefetch_bytes((const char *)p->out.data +
-                           fa_qrow(&p->out, sq, w->ir[r], w->hr[r]) * osz, g->dv * osz, 1);
+            fa_cpu_prefetch_span((const char *)p->out.data +
+                           fa_qrow(&p->out, sq, w->ir[r], w->hr[r]) * osz, g->dv * osz, 1, 1);
         if (f->nh == 1 && f->i0 - 1 - r >= 0)
-            prefetch_bytes((const char *)p->q.data + fa_qrow(&p->q, sq, f->i0 - 1 - r, f->h0) * qsz,
-                           g->dqk * qsz, 0);
+            fa_cpu_prefetch_span((const char *)p->q.data + fa_qrow(&p->q, sq, f->i0 - 1 - r, f->h0) * qsz,
+                           g->dqk * qsz, 0, 1);
     }
 }
 

@@ -8,6 +8,22 @@
 #include <string.h>
 #include "kernels.h"
 
+/* The cache lines of bytes at a prefetched, for writing or reading, into every level or
+   (l2) into L2 and out; the constant arguments fold to one prefetch instruction. */
+static inline void fa_cpu_prefetch_span(const void *a, int64_t bytes, int write, int l2)
+{
+    const char *c = (const char *)a;
+    for (int64_t x = 0; x < bytes; x += 64) {
+        if (write) {
+            if (l2) __builtin_prefetch(c + x, 1, 2);
+            else __builtin_prefetch(c + x, 1, 3);
+        } else {
+            if (l2) __builtin_prefetch(c + x, 0, 2);
+            else __builtin_prefetch(c + x, 0, 3);
+        }
+    }
+}
+
 /* 1 when one of the rows x[r*ld + c] (r < rows, c < n) is Inf or NaN. On the bits: the
    exponent field plus one exponent unit reaches bit 31 exactly when the field is all
    ones, so an OR of (u & exp) + unit over the row has bit 31 set iff some element is
