@@ -69,7 +69,7 @@ __device__ __forceinline__ void fa_dec_store(const fa_cu_fwd &p, const fa_dseq &
 /* Do K/V rows come by bulk copies? sm_90 and later at head-dim class 128: one copy per
    256-byte row. Else (classes 64 and 256, and before sm_90) 16-byte cp.async copies. */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define FA_DEC_BULK(D) ((D) == 128)
+#define FA_DEC_BULK(D) FA_DEC_BULK_CLASS(D)
 #else
 #define FA_DEC_BULK(D) false
 #endif
@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(FA_DEC_NT) fa_decode_kernel(const fa_cu_fwd p,
     const uint32_t bars = fa_smem_u32(sKV + ST * 2 * BN * LD);   /* ST mbarriers */
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");   /* the merge may launch */
+    fa_griddep_launch();   /* the merge may launch */
 #endif
     int64_t bid = blockIdx.x;
     const int split = (int)(bid % p.n_splits); bid /= p.n_splits;

@@ -22,10 +22,13 @@
 
 /* Row groups for `rows` packed query rows: 1, 2 or 4 (one m-tile of 16 rows per warp). */
 static constexpr inline int fa_dec_wm(int rows) { return rows <= 16 ? 1 : rows <= 32 ? 2 : 4; }
-/* Elements from one ring row to the next, at most: D + 8 at class 128 (on sm_90 and later
-   rows padded by 16 bytes, each row one bulk copy; before sm_90 rows of D), D at 64 and
-   256 (XOR-swizzled rows of 16-byte copies). */
-static constexpr inline int fa_dec_pitch(int D) { return D == 128 ? D + 8 : D; }
+/* The head-dim class whose K/V rows come by bulk copies on sm_90 and later (256-byte rows;
+   the others take 16-byte cp.async copies): decode.cuh's kernel and the plan's name. */
+#define FA_DEC_BULK_CLASS(D) ((D) == 128)
+/* Elements from one ring row to the next, at most: D + 8 for the bulk class (on sm_90 and
+   later rows padded by 16 bytes, each row one bulk copy; before sm_90 rows of D), D for
+   the others (XOR-swizzled rows of 16-byte copies). */
+static constexpr inline int fa_dec_pitch(int D) { return FA_DEC_BULK_CLASS(D) ? D + 8 : D; }
 /* Shared memory of head-dim class D with wm row groups: Q [16 wm][D] and the ring of K and
    V chunks [STAGES][2][BN][pitch], 2-byte elements, then one 8-byte barrier per stage (the
    end's merge reuses the ring). */

@@ -18,7 +18,7 @@ __global__ void __launch_bounds__(32 * FA_MERGE_WARPS) fa_decode_merge_kernel(co
 {
     __shared__ float sw[FA_MERGE_WARPS][FA_CU_MAX_PARTS];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;\n" ::: "memory");   /* the decode grid's parts are written */
+    fa_griddep_wait();   /* the decode grid's parts are written */
 #endif
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int64_t li = (int64_t)blockIdx.x * FA_MERGE_WARPS + warp;   /* lse layout: (b H + h) S + s */

@@ -161,6 +161,11 @@ __device__ __forceinline__ void fa_bulk_load(uint32_t dst, const void *src, uint
 }
 /* barrier initializations visible to the asynchronous proxy (the bulk copies) */
 __device__ __forceinline__ void fa_fence_mbar_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+/* programmatic dependent launch: this grid lets its dependent launch / waits for the grid
+   it depends on to complete and its writes to be visible (no-ops without the launch
+   attribute) */
+__device__ __forceinline__ void fa_griddep_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+__device__ __forceinline__ void fa_griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 __device__ __forceinline__ void fa_bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 /* this thread's bulk operations have read their shared memory source */
 __device__ __forceinline__ void fa_bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
