@@ -257,6 +257,18 @@ static int regression_case(int i, tu_case *c)
         c->dt = c->odt = FA_BF16; c->causal = FA_CAUSAL_BOTTOM_RIGHT; c->nan_mode = TN_V_ELEM;
         c->tile_q = 16; c->tile_kv = 16; c->threads = 2;
         return 1;
+    case 15:  /* fuzz_diff input NeTerP7HfvfbX2gf... (corpus regress-fp32-ds-one-key): one
+                 visible key per row beside the sink, so dS = P (dP - D) carries out's bf16
+                 rounding of exp(s - sink) at 2e-3; the naive model that rounds dS to bf16
+                 happened to round it back toward the oracle, and the CPU's fp32 dS was 8x
+                 its error until the fp32-operand model joined the naive ones */
+        c->tag = "fp32-ds-one-key"; c->seed = 52548;
+        c->B = 3; c->Sq = 23; c->Sk = 1; c->H = c->Hkv = 1; c->dqk = 32; c->dv = 3;
+        c->dt = FA_BF16; c->odt = FA_F32; c->layout = TL_PADDED;
+        c->causal = FA_CAUSAL_BOTTOM_RIGHT; c->window = 1; c->wl = 2; c->wr = 4; c->alibi = 1;
+        c->sinks = 1; c->sink_amp = 8.0; c->bias = TB_B_STRIDE0; c->bias_dt = FA_F16;
+        c->dseed = 32421; c->doffset = 247; c->tile_q = 3; c->threads = 1;
+        return 1;
     }
     return 0;
 }

@@ -500,7 +500,7 @@ void or_forward_sp_flash(const or_seq *s, fa_dtype dt, fa_dtype odt, const doubl
 static void sp_backward(const or_seq *s, fa_dtype dt, fa_dtype odt, const double *q,
                         const double *k, const double *v, const double *out,
                         const double *dout, double *dq, double *dk, double *dv,
-                        double *dsinks, int flash)
+                        double *dsinks, int flash, fa_dtype opdt)
 {
     int64_t n = s->sk > 0 ? s->sk : 1;
     int64_t nq = s->sq * s->hq * s->dqk, nk = s->sk * s->hkv * s->dqk;
@@ -515,8 +515,8 @@ static void sp_backward(const or_seq *s, fa_dtype dt, fa_dtype odt, const double
         int64_t hk = h / group;
         for (int64_t i = 0; i < s->sq; i++) {
             float psink, sum = 1.0f;
-            /* flash: scores and P in fp32 (recomputed from them), P and dS rounded to dt
-               only as the operands of the products */
+            /* flash: scores and P in fp32 (recomputed from them), P and dS rounded to
+               opdt only as the operands of the products */
             float l = sp_row_probs(s, flash ? FA_F32 : dt, q, k, h, i, p, dc, &psink,
                                    flash ? &sum : NULL);
             if (l == -INFINITY) continue;
@@ -532,7 +532,7 @@ static void sp_backward(const or_seq *s, fa_dtype dt, fa_dtype odt, const double
                 dp[j] = 0.0f;
                 if (!or_visible(s, i, j)) continue;
                 float mult = (float)or_dropout_mult(s, h, i, j);
-                float pd = rnd(dt, p[j] * mult);
+                float pd = rnd(opdt, p[j] * mult);
                 const double *vj = v + (j * s->hkv + hk) * s->dv;
                 float *dvj = fv + (j * s->hkv + hk) * s->dv;
                 float dpd = 0.0f;
@@ -545,8 +545,8 @@ static void sp_backward(const or_seq *s, fa_dtype dt, fa_dtype odt, const double
             if (dsinks && s->sinks) dsinks[h] += -(double)psink * (double)D;
             for (int64_t j = 0; j < s->sk; j++) {
                 if (!or_visible(s, i, j)) continue;
-                float ds = rnd(dt, p[j] * (dp[j] - D));
-                if (s->softcap > 0.0) ds = rnd(dt, ds * dc[j]);
+                float ds = rnd(opdt, p[j] * (dp[j] - D));
+                if (s->softcap > 0.0) ds = rnd(opdt, ds * dc[j]);
                 const double *kj = k + (j * s->hkv + hk) * s->dqk;
                 float *dkj = fk + (j * s->hkv + hk) * s->dqk;
                 for (int64_t c = 0; c < s->dqk; c++) {
@@ -567,15 +567,16 @@ void or_backward_sp(const or_seq *s, fa_dtype dt, fa_dtype odt, const double *q,
                     const double *k, const double *v, const double *out, const double *dout,
                     double *dq, double *dk, double *dv, double *dsinks)
 {
-    sp_backward(s, dt, odt, q, k, v, out, dout, dq, dk, dv, dsinks, 0);
+    sp_backward(s, dt, odt, q, k, v, out, dout, dq, dk, dv, dsinks, 0, dt);
 }
 
 void or_backward_sp_flash(const or_seq *s, fa_dtype dt, fa_dtype odt, const double *q,
                           const double *k, const double *v, const double *out,
                           const double *dout, double *dq, double *dk, double *dv,
-                          double *dsinks)
+                          double *dsinks, int fp32_operands)
 {
-    sp_backward(s, dt, odt, q, k, v, out, dout, dq, dk, dv, dsinks, 1);
+    sp_backward(s, dt, odt, q, k, v, out, dout, dq, dk, dv, dsinks, 1,
+                fp32_operands ? FA_F32 : dt);
 }
 
 void or_combine(int n, int64_t rows, int64_t d, const double *const *parts,

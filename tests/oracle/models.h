@@ -89,13 +89,14 @@ void or_backward_sp(const or_seq *s, fa_dtype dt, fa_dtype odt, const double *q,
                     double *dq, double *dk, double *dv, double *dsinks);
 
 /* The backward as a flash-style implementation forms it: scores, P and dP in fp32 (P
-   recomputed from the scores), P and dS rounded to dt only as operands of the products;
-   out: the flash-style forward's. dq, dk, dv are written whole;
-   dsinks may be NULL. */
+   recomputed from the scores), P and dS rounded to dt only as operands of the products,
+   or kept in fp32 there too when fp32_operands is set (products run in fp32, as the CPU
+   backend's AVX-512 and AVX2 kernels run them); out: the flash-style forward's. dq, dk,
+   dv are written whole; dsinks may be NULL. */
 void or_backward_sp_flash(const or_seq *s, fa_dtype dt, fa_dtype odt, const double *q,
                           const double *k, const double *v, const double *out,
                           const double *dout, double *dq, double *dk, double *dv,
-                          double *dsinks);
+                          double *dsinks, int fp32_operands);
 
 /* Combine: out[r][c] = sum_i exp(lse_i[r] - lse[r]) out_i[r][c], lse = logsumexp lse_i.
    parts[i] is [rows][d]; lse_parts[i] is [rows]. A row with all lse_i = -inf: 0, -inf. */

@@ -5,8 +5,9 @@
  *
  * The rule, for each output tensor:
  *   max|ours - oracle| <= factor x max|naive - oracle| + floor
- * where "naive" is the larger-error, element by element, of two same-precision models (a
- * plain fp16/bf16/fp32 implementation and a flash-style one; models.h), factor is 2 for
+ * where "naive" is the larger-error, element by element, of the same-precision models (a
+ * plain fp16/bf16/fp32 implementation and a flash-style one, whose backward takes its
+ * products' operands in the storage dtype and in fp32; models.h), factor is 2 for
  * the forward and 3 for the gradients, and the floor is one rounding of the output dtype
  * at the tensor's magnitude plus the fp32 roundoff of the terms the result is made of
  * (rule.c says why each part is there). fp32 inputs also get max|ours - oracle| <= 1e-5

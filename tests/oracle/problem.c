@@ -1,5 +1,5 @@
 /* problem.c - the oracle of a whole problem (see oracle.h): the double-precision oracle,
- * the two same-precision models and the sizes of the terms that set the floors, sequence
+ * the same-precision models and the sizes of the terms that set the floors, sequence
  * by sequence, scattered into the problem-wide layouts. */
 #include <math.h>
 #include <stdlib.h>
@@ -14,7 +14,7 @@ static double *dalloc(int64_t n, int *fail)
     return x;
 }
 
-/* Two same-precision models: keep in a[x] whichever of a[x], b[x] is farther from the
+/* Same-precision models, two at a time: keep in a[x] whichever of a[x], b[x] is farther from the
    oracle o[x] (the naive error is the larger of theirs: P's roundings to a half dtype fall
    in different places in a plain and in a flash-style implementation, and a row with few
    keys has few of them) */
@@ -179,9 +179,14 @@ static int slice_backward(or_oracle *o, slice *sl, const double *oo, const doubl
     or_backward(s, sl->q, sl->k, sl->v, sl->dout, oq, ok, ov, o->ds + sl->h0);
     or_backward_sp(s, p->dt, p->odt, sl->q, sl->k, sl->v, to_sp, sl->dout, gq, gk, gv,
                    o->n_ds + sl->h0);
-    if (to_fl) {   /* the backward from the flash-style model's out; it writes every
-                      element of fq, fk, fv (its dsinks are not compared) */
-        or_backward_sp_flash(s, p->dt, p->odt, sl->q, sl->k, sl->v, to_fl, sl->dout, fq, fk, fv, NULL);
+    /* the backward from the flash-style model's out, with P and dS rounded to dt as the
+       products' operands and with them kept in fp32: both are roundings a correct
+       implementation makes, and their errors differ in sign and size element by element
+       (a lucky rounding of one must not set the bound for the other). Each writes every
+       element of fq, fk, fv (their dsinks are not compared). */
+    for (int fp32_ops = 0; to_fl && fp32_ops <= 1; fp32_ops++) {
+        or_backward_sp_flash(s, p->dt, p->odt, sl->q, sl->k, sl->v, to_fl, sl->dout, fq, fk,
+                             fv, NULL, fp32_ops);
         far_of(gq, fq, oq, nq);
         far_of(gk, fk, ok, nk);
         far_of(gv, fv, ov, nv);
