@@ -9,7 +9,8 @@
  *            group
  *     for each block of bk keys of the split some row sees, with the row kernels
  *     (run_rows: AVX-512, d_qk and d_v multiples of 32):
- *       the block's row addresses (page by page); the next block's rows prefetched
+ *       the block's and the next block's row addresses (page by page); the kernels
+ *       prefetch the next block's rows (into L2) beside the rows they read
  *       per KV head: S^T straight from the K rows (decode_avx512.c; packed, ld = rows, for
  *            up to 16 rows), score pipeline and mask, online softmax
  *       per KV head: O = alpha O + P V straight from the V rows
@@ -97,6 +98,7 @@ typedef struct {
     float *qr, *kt, *sr, *s, *kc, *vc, *alpha, *row;
     int64_t *hr, *ir, *lo, *hi;
     const char **rk, **rv;   /* the block's K and V rows of KV head 0 (rowk) */
+    const char **nrk, **nrv; /* the next block's (prefetched while the block is read) */
 } dec_scratch;
 
 /* Keys per block: the block's K and V rows of every KV head (fp32) within ~512 KiB, so
@@ -119,7 +121,7 @@ static int dec_type(fa_dtype t)
 static int64_t scratch_floats(const dec_geom *g)
 {
     return g->hkv * (g->ldq * g->ldk + g->bk * (g->ldq + g->ldk + g->ldv) + g->ldq + 2 * g->ldq) +
-           (g->dqk + g->ldq) * g->ldb + fa_cpu_pad(g->dv) + 3 * 2 * g->ldq + 2 * 2 * g->bk;
+           (g->dqk + g->ldq) * g->ldb + fa_cpu_pad(g->dv) + 3 * 2 * g->ldq + 4 * 2 * g->bk;
 }
 
 static dec_scratch scratch_at(const dec_geom *g, float *base)
@@ -140,6 +142,7 @@ static dec_scratch scratch_at(const dec_geom *g, float *base)
     w.ir = ib; w.lo = ib + g->ldq; w.hi = ib + 2 * g->ldq;
     ib += 3 * g->ldq;
     w.rk = (const char **)ib; w.rv = w.rk + g->bk;
+    w.nrk = w.rv + g->bk; w.nrv = w.nrk + g->bk;
     return w;
 }
 
@@ -333,7 +336,8 @@ static void softmax_packed(const dec_geom *g, float *s, int nkp, int R, float *m
    mask and online softmax: P in s, S^T ld = R (packed, nr <= 16: R = nr rounded up to a
    power of two, keys to nkp) or ldq. Returns the ld. */
 static int64_t head_scores(const dec_geom *g, const fa_seq *sq, int64_t b, int64_t hk,
-                           int64_t jb, int nk, int full, dec_scratch *w, float *s, float *m)
+                           int64_t jb, int nk, int npf, int full, dec_scratch *w, float *s,
+                           float *m)
 {
     const fa_problem *p = g->p;
     const int nr = (int)g->nr;
@@ -341,8 +345,8 @@ static int64_t head_scores(const dec_geom *g, const fa_seq *sq, int64_t b, int64
     while (R < nr) R *= 2;
     const int packed = nr <= 16;
     const int64_t ld = packed ? R : g->ldq;
-    fa_cpu_decode_qk_avx512(s, ld, w->qr + hk * g->ldq * g->ldk, g->ldk, nr, w->rk,
-                            hk * p->k.stride[2] * (int64_t)fa_dtype_size(p->k.dtype), nk,
+    fa_cpu_decode_qk_avx512(s, ld, w->qr + hk * g->ldq * g->ldk, g->ldk, nr, w->rk, w->nrk,
+                            npf, hk * p->k.stride[2] * (int64_t)fa_dtype_size(p->k.dtype), nk,
                             g->dqk, g->kdt);
     if (g->slow) fa_cpu_score_pass(p, sq, b, s, nk, nr, ld, jb, w->hr + hk * g->ldq, w->ir, NULL);
     if (!full) fa_cpu_mask_pass(s, nk, nr, ld, jb, w->lo, w->hi);
@@ -357,9 +361,27 @@ static int64_t head_scores(const dec_geom *g, const fa_seq *sq, int64_t b, int64
     return ld;
 }
 
+/* The K and V row addresses of KV head 0 for keys jb .. jb+nk-1 (page by page). */
+static void block_rows(const fa_problem *p, const fa_seq *sq, int64_t b, int64_t jb, int nk,
+                       const char **rk, const char **rv)
+{
+    for (int j = 0; j < nk; j++) {
+        rk[j] = kv_row(p, &p->k, sq, b, jb + j, 0, fa_dtype_size(p->k.dtype));
+        rv[j] = kv_row(p, &p->v, sq, b, jb + j, 0, fa_dtype_size(p->v.dtype));
+    }
+}
+
+static void swap_rows(const char ***a, const char ***b)
+{
+    const char **t = *a;
+    *a = *b;
+    *b = t;
+}
+
 /* The keys [j0, j1) of sequence b with the row kernels (rowk): per block the row
-   addresses of KV head 0 (page by page), the next block prefetched, then per KV head the
-   scores, their pipeline and softmax, and P V. On a partly masked block each row's P V
+   addresses of KV head 0 and of the next block (page by page), then per KV head the
+   scores, their pipeline and softmax, and P V; the kernels prefetch the next block's row
+   of the same head beside each row they read. On a partly masked block each row's P V
    runs over its own keys only (0 * Inf would reach rows that do not see a key). */
 static void run_rows(const dec_geom *g, const fa_seq *sq, int64_t b, int64_t j0, int64_t j1,
                      dec_scratch *w, float *mine)
@@ -369,35 +391,36 @@ static void run_rows(const dec_geom *g, const fa_seq *sq, int64_t b, int64_t j0,
     const int64_t ldq = g->ldq, step = g->partsz * g->nsplit;
     const int64_t voff = p->v.stride[2] * (int64_t)fa_dtype_size(p->v.dtype);
     int64_t lds = ldq;
+    if (j0 < j1) block_rows(p, sq, b, j0, (int)(j1 - j0 < g->bk ? j1 - j0 : g->bk), w->rk, w->rv);
     for (int64_t jb = j0; jb < j1; jb += g->bk) {
         int nk = (int)(j1 - jb < g->bk ? j1 - jb : g->bk);
+        int64_t jn = jb + nk;
+        int nn = jn >= j1 ? 0 : (int)(j1 - jn < g->bk ? j1 - jn : g->bk);
+        block_rows(p, sq, b, jn, nn, w->nrk, w->nrv);
         int full = 1;
         for (int r = 0; r < nr && full; r++)
             if (w->lo[r] > jb || w->hi[r] < jb + nk) full = 0;
-        for (int j = 0; j < nk; j++) {
-            w->rk[j] = kv_row(p, &p->k, sq, b, jb + j, 0, fa_dtype_size(p->k.dtype));
-            w->rv[j] = kv_row(p, &p->v, sq, b, jb + j, 0, fa_dtype_size(p->v.dtype));
-        }
-        load_rows(g, &p->k, g->dqk, g->ldk, sq, b, jb, nk, j1, NULL, 0);
         for (int64_t hk = 0; hk < g->hkv; hk++)
-            lds = head_scores(g, sq, b, hk, jb, nk, full, w, w->s + hk * g->bk * ldq,
+            lds = head_scores(g, sq, b, hk, jb, nk, nn, full, w, w->s + hk * g->bk * ldq,
                               mine + step * hk + g->nr * g->ldv);
-        load_rows(g, &p->v, g->dv, g->ldv, sq, b, jb, nk, j1, NULL, 0);
         for (int64_t hk = 0; hk < g->hkv; hk++) {
             const float *s = w->s + hk * g->bk * ldq, *al = w->alpha + hk * ldq;
             float *o = mine + step * hk;
             if (full) {
-                fa_cpu_decode_pv_avx512(o, g->ldv, al, s, lds, 0, nr, w->rv, hk * voff, 0, nk,
-                                        g->dv, g->vdt);
+                fa_cpu_decode_pv_avx512(o, g->ldv, al, s, lds, 0, nr, w->rv, w->nrv, nn,
+                                        hk * voff, 0, nk, g->dv, g->vdt);
                 continue;
             }
             for (int r = 0; r < nr; r++) {
                 int64_t a = w->lo[r] > jb ? w->lo[r] - jb : 0;
                 int64_t e = w->hi[r] < jb + nk ? w->hi[r] - jb : nk;
-                fa_cpu_decode_pv_avx512(o, g->ldv, al, s, lds, r, 1, w->rv, hk * voff, (int)a,
-                                        (int)(e > a ? e : a), g->dv, g->vdt);
+                fa_cpu_decode_pv_avx512(o, g->ldv, al, s, lds, r, 1, w->rv, w->nrv, nn,
+                                        hk * voff, (int)a, (int)(e > a ? e : a), g->dv,
+                                        g->vdt);
             }
         }
+        swap_rows(&w->rk, &w->nrk);
+        swap_rows(&w->rv, &w->nrv);
     }
     if (g->vdt == FA_CPU_DEC_BF16)
         for (int64_t hk = 0; hk < g->hkv; hk++)

@@ -19,6 +19,16 @@
 
 #define AI static inline __attribute__((always_inline))
 
+/* The rows to prefetch while the kernel reads the current ones: the next block's, the
+   first n of them (same offset and columns as the row read beside it). */
+typedef struct { const char *const *rows; int n; } dec_pf;
+
+/* bytes from a into L2 (the next block is read a whole block later: too far for L1). */
+AI void prefetch_l2(const char *a, int64_t bytes)
+{
+    for (int64_t x = 0; x < bytes; x += 64) _mm_prefetch(a + x, _MM_HINT_T1);
+}
+
 /* 16 16-bit elements (m: the lanes to read) -> fp32, exactly. */
 static inline __m512i load16(const uint16_t *p, __mmask16 m, int f16)
 {
@@ -87,12 +97,15 @@ AI __m512 hsum16(__m512 *a)
 /* Scores of rows r0 .. r0+R-1 against keys j0 .. j0+16/R-1 (key j: rows[min(j, nk-1)]
    + off); s[j * lds + r] for the keys below nk. */
 AI void qk_group(float *s, int64_t lds, const float *q, int64_t ldq, int r0, int R,
-                 const char *const *rows, int64_t off, int j0, int nk, int64_t d, int dt)
+                 const char *const *rows, const dec_pf *pf, int64_t off, int j0, int nk,
+                 int64_t d, int dt)
 {
     const int kc = 16 / R;
     const char *kr[16];
     __m512 acc[16];
     for (int x = 0; x < kc; x++) kr[x] = rows[j0 + x < nk ? j0 + x : nk - 1] + off;
+    for (int x = 0; x < kc && j0 + x < pf->n; x++)
+        prefetch_l2(pf->rows[j0 + x] + off, d * (dt == FA_CPU_DEC_F32 ? 4 : 2));
     #pragma GCC unroll 16
     for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
     for (int64_t c = 0; c < d; c += 32) {
@@ -133,43 +146,48 @@ AI void qk_group(float *s, int64_t lds, const float *q, int64_t ldq, int r0, int
 }
 
 AI void qk_rows(float *s, int64_t lds, const float *q, int64_t ldq, int r0, int R,
-                const char *const *rows, int64_t off, int nk, int64_t d, int dt)
+                const char *const *rows, const dec_pf *pf, int64_t off, int nk, int64_t d,
+                int dt)
 {
     for (int j0 = 0; j0 < nk; j0 += 16 / R)
-        qk_group(s, lds, q, ldq, r0, R, rows, off, j0, nk, d, dt);
+        qk_group(s, lds, q, ldq, r0, R, rows, pf, off, j0, nk, d, dt);
 }
 
+/* The rows' passes over the keys, 16 rows at a time; the first one prefetches. */
 AI void qk_dt(float *s, int64_t lds, const float *q, int64_t ldq, int nr,
-              const char *const *rows, int64_t off, int nk, int64_t d, int dt)
+              const char *const *rows, dec_pf pf, int64_t off, int nk, int64_t d, int dt)
 {
-    for (int r0 = 0; r0 < nr; r0 += 16) {
+    for (int r0 = 0; r0 < nr; r0 += 16, pf.n = 0) {
         int n = nr - r0;
-        if (n > 8) qk_rows(s, lds, q, ldq, r0, 16, rows, off, nk, d, dt);
-        else if (n > 4) qk_rows(s, lds, q, ldq, r0, 8, rows, off, nk, d, dt);
-        else if (n > 2) qk_rows(s, lds, q, ldq, r0, 4, rows, off, nk, d, dt);
-        else if (n > 1) qk_rows(s, lds, q, ldq, r0, 2, rows, off, nk, d, dt);
-        else qk_rows(s, lds, q, ldq, r0, 1, rows, off, nk, d, dt);
+        if (n > 8) qk_rows(s, lds, q, ldq, r0, 16, rows, &pf, off, nk, d, dt);
+        else if (n > 4) qk_rows(s, lds, q, ldq, r0, 8, rows, &pf, off, nk, d, dt);
+        else if (n > 2) qk_rows(s, lds, q, ldq, r0, 4, rows, &pf, off, nk, d, dt);
+        else if (n > 1) qk_rows(s, lds, q, ldq, r0, 2, rows, &pf, off, nk, d, dt);
+        else qk_rows(s, lds, q, ldq, r0, 1, rows, &pf, off, nk, d, dt);
     }
 }
 
 void fa_cpu_decode_qk_avx512(float *s, int64_t lds, const float *q, int64_t ldq, int nr,
-                             const char *const *rows, int64_t off, int nk, int64_t d, int dt)
+                             const char *const *rows, const char *const *pf, int npf,
+                             int64_t off, int nk, int64_t d, int dt)
 {
-    if (dt == FA_CPU_DEC_F32) qk_dt(s, lds, q, ldq, nr, rows, off, nk, d, FA_CPU_DEC_F32);
-    else if (dt == FA_CPU_DEC_F16) qk_dt(s, lds, q, ldq, nr, rows, off, nk, d, FA_CPU_DEC_F16);
+    dec_pf f = { pf, pf ? npf : 0 };
+    if (dt == FA_CPU_DEC_F32) qk_dt(s, lds, q, ldq, nr, rows, f, off, nk, d, FA_CPU_DEC_F32);
+    else if (dt == FA_CPU_DEC_F16) qk_dt(s, lds, q, ldq, nr, rows, f, off, nk, d, FA_CPU_DEC_F16);
 #ifdef FA_HAVE_AVX512BF16
     else if (dt == FA_CPU_DEC_BF16DOT)
-        qk_dt(s, lds, q, ldq, nr, rows, off, nk, d, FA_CPU_DEC_BF16DOT);
+        qk_dt(s, lds, q, ldq, nr, rows, f, off, nk, d, FA_CPU_DEC_BF16DOT);
 #endif
-    else qk_dt(s, lds, q, ldq, nr, rows, off, nk, d, FA_CPU_DEC_BF16);
+    else qk_dt(s, lds, q, ldq, nr, rows, f, off, nk, d, FA_CPU_DEC_BF16);
 }
 
 /* Rows r0 .. r0+R-1, columns c0 .. c0+32*C-1 of O: alpha O + sum over keys ka .. ke-1 of
    P V (p: s[j * lds + r]). */
 AI void pv_tile(float *o, int64_t ldo, const float *alpha, const float *s, int64_t lds, int r0,
-                int R, int64_t c0, int C, const char *const *rows, int64_t off, int ka, int ke,
-                int dt)
+                int R, int64_t c0, int C, const char *const *rows, const dec_pf *pf,
+                int64_t off, int ka, int ke, int dt)
 {
+    const int64_t es = dt == FA_CPU_DEC_F32 ? 4 : 2;
     __m512 acc[4][8];
     #pragma GCC unroll 16
     for (int r = 0; r < R; r++) {
@@ -181,6 +199,7 @@ AI void pv_tile(float *o, int64_t ldo, const float *alpha, const float *s, int64
     for (int j = ka; j < ke; j++) {
         const char *vr = rows[j] + off;
         const float *pj = s + (int64_t)j * lds + r0;
+        if (j < pf->n) prefetch_l2(pf->rows[j] + off + c0 * es, 32 * C * es);
         #pragma GCC unroll 16
         for (int x = 0; x < C; x++) {
             __m512 va, vb;
@@ -201,36 +220,42 @@ AI void pv_tile(float *o, int64_t ldo, const float *alpha, const float *s, int64
 }
 
 AI void pv_rows(float *o, int64_t ldo, const float *alpha, const float *s, int64_t lds, int r0,
-                int R, const char *const *rows, int64_t off, int ka, int ke, int64_t dv, int dt)
+                int R, const char *const *rows, const dec_pf *pf, int64_t off, int ka, int ke,
+                int64_t dv, int dt)
 {
     int64_t c0 = 0;
     for (; c0 + 64 <= dv; c0 += 64)
-        pv_tile(o, ldo, alpha, s, lds, r0, R, c0, 2, rows, off, ka, ke, dt);
-    if (c0 < dv) pv_tile(o, ldo, alpha, s, lds, r0, R, c0, 1, rows, off, ka, ke, dt);
+        pv_tile(o, ldo, alpha, s, lds, r0, R, c0, 2, rows, pf, off, ka, ke, dt);
+    if (c0 < dv) pv_tile(o, ldo, alpha, s, lds, r0, R, c0, 1, rows, pf, off, ka, ke, dt);
 }
 
+/* The rows' passes over the keys, 4 rows at a time; the first one prefetches (each
+   column tile its columns). */
 AI void pv_dt(float *o, int64_t ldo, const float *alpha, const float *s, int64_t lds, int r0,
-              int nr, const char *const *rows, int64_t off, int ka, int ke, int64_t dv, int dt)
+              int nr, const char *const *rows, dec_pf pf, int64_t off, int ka, int ke,
+              int64_t dv, int dt)
 {
-    for (int r = r0; r < r0 + nr; r += 4) {
+    for (int r = r0; r < r0 + nr; r += 4, pf.n = 0) {
         int n = r0 + nr - r;
-        if (n >= 4) pv_rows(o, ldo, alpha, s, lds, r, 4, rows, off, ka, ke, dv, dt);
-        else if (n == 3) pv_rows(o, ldo, alpha, s, lds, r, 3, rows, off, ka, ke, dv, dt);
-        else if (n == 2) pv_rows(o, ldo, alpha, s, lds, r, 2, rows, off, ka, ke, dv, dt);
-        else pv_rows(o, ldo, alpha, s, lds, r, 1, rows, off, ka, ke, dv, dt);
+        if (n >= 4) pv_rows(o, ldo, alpha, s, lds, r, 4, rows, &pf, off, ka, ke, dv, dt);
+        else if (n == 3) pv_rows(o, ldo, alpha, s, lds, r, 3, rows, &pf, off, ka, ke, dv, dt);
+        else if (n == 2) pv_rows(o, ldo, alpha, s, lds, r, 2, rows, &pf, off, ka, ke, dv, dt);
+        else pv_rows(o, ldo, alpha, s, lds, r, 1, rows, &pf, off, ka, ke, dv, dt);
     }
 }
 
 void fa_cpu_decode_pv_avx512(float *o, int64_t ldo, const float *alpha, const float *s,
-                             int64_t lds, int r0, int nr, const char *const *rows, int64_t off,
-                             int ka, int ke, int64_t dv, int dt)
+                             int64_t lds, int r0, int nr, const char *const *rows,
+                             const char *const *pf, int npf, int64_t off, int ka, int ke,
+                             int64_t dv, int dt)
 {
+    dec_pf f = { pf, pf ? npf : 0 };
     if (dt == FA_CPU_DEC_F32)
-        pv_dt(o, ldo, alpha, s, lds, r0, nr, rows, off, ka, ke, dv, FA_CPU_DEC_F32);
+        pv_dt(o, ldo, alpha, s, lds, r0, nr, rows, f, off, ka, ke, dv, FA_CPU_DEC_F32);
     else if (dt == FA_CPU_DEC_F16)
-        pv_dt(o, ldo, alpha, s, lds, r0, nr, rows, off, ka, ke, dv, FA_CPU_DEC_F16);
+        pv_dt(o, ldo, alpha, s, lds, r0, nr, rows, f, off, ka, ke, dv, FA_CPU_DEC_F16);
     else
-        pv_dt(o, ldo, alpha, s, lds, r0, nr, rows, off, ka, ke, dv, FA_CPU_DEC_BF16);
+        pv_dt(o, ldo, alpha, s, lds, r0, nr, rows, f, off, ka, ke, dv, FA_CPU_DEC_BF16);
 }
 
 void fa_cpu_decode_colmax_avx512(const float *s, int nv, float sc, float *mx)

@@ -22,15 +22,20 @@ enum { FA_CPU_DEC_F32, FA_CPU_DEC_BF16, FA_CPU_DEC_F16, FA_CPU_DEC_BF16DOT };
 /* Scores from cache rows: s[j*lds + r] = sum_c q[r*ldq + c] k_j[c] for j < nk and r below
    nr rounded up to a power of two (at most 16; then per 16), where k_j = rows[j] + off
    bytes, d elements of type dt; d a multiple of 32. The q rows past nr up to that bound
-   must be readable (zeros give finite padding scores). */
+   must be readable (zeros give finite padding scores). pf (NULL: none): the rows of the
+   next block, npf <= nk of them; pf[j] + off is prefetched into L2 as k_j is read, so
+   that the memory system works through the whole pass instead of in bursts. */
 void fa_cpu_decode_qk_avx512(float *s, int64_t lds, const float *q, int64_t ldq, int nr,
-                             const char *const *rows, int64_t off, int nk, int64_t d, int dt);
+                             const char *const *rows, const char *const *pf, int npf,
+                             int64_t off, int nk, int64_t d, int dt);
 
 /* Rows r0 .. r0+nr-1 of O [r][ldo]: o = alpha[r] o + sum_{ka <= j < ke} s[j*lds + r] v_j,
-   v_j = rows[j] + off bytes, dv elements of type dt (a multiple of 32). */
+   v_j = rows[j] + off bytes, dv elements of type dt (a multiple of 32). pf, npf: as for
+   the scores (pf[j] + off prefetched as v_j is read, for ka <= j < npf). */
 void fa_cpu_decode_pv_avx512(float *o, int64_t ldo, const float *alpha, const float *s,
-                             int64_t lds, int r0, int nr, const char *const *rows, int64_t off,
-                             int ka, int ke, int64_t dv, int dt);
+                             int64_t lds, int r0, int nr, const char *const *rows,
+                             const char *const *pf, int npf, int64_t off, int ka, int ke,
+                             int64_t dv, int dt);
 
 /* mx[c] = max over v < nv of s[16 v + c] * sc, c < 16 (vmaxps: a NaN score may or may not
    win, as in softmax_fwd). */
