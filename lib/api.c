@@ -146,6 +146,39 @@ FA_API fa_status fa_forward_kvcache(fa_context *ctx, fa_tensor *out, float *lse,
 
 /* out = sum_i exp(lse_i - lse) out_i, lse = log sum_i exp(lse_i), row by row. A row with
    every lse_i = -inf is empty: out 0, lse -inf. NaN in any part propagates to its row. */
+/* One row of fa_combine's output, 256 columns at a time: out[o + d] = sum over the parts
+   of w_i part_i[d] in part order, w_i = exp(lse_i - m) * inv computed once per part (a
+   part of weight 0 skipped: an empty part's zeros); fp32 parts and outputs read and
+   written in place, other dtypes converted element by element. m = -inf: zeros. */
+enum { COMBINE_CHUNK = 256 };
+static void combine_row(fa_tensor *out, int64_t o, const fa_tensor *parts,
+                        const float *const *lse_parts, int n, int64_t li, const int64_t at[3],
+                        float m, float inv)
+{
+    const int64_t D = out->shape[3];
+    float acc[COMBINE_CHUNK];
+    for (int64_t d0 = 0; d0 < D; d0 += COMBINE_CHUNK) {
+        const int64_t nd = D - d0 < COMBINE_CHUNK ? D - d0 : COMBINE_CHUNK;
+        for (int64_t d = 0; d < nd; d++) acc[d] = 0.0f;
+        for (int i = 0; i < n && m != -INFINITY; i++) {
+            const fa_tensor *t = &parts[i];
+            const float w = expf(lse_parts[i][li] - m) * inv;
+            if (w == 0.0f) continue;
+            const int64_t x0 = at[0] * t->stride[0] + at[1] * t->stride[1] + at[2] * t->stride[2] + d0;
+            if (t->dtype == FA_F32) {
+                const float *x = (const float *)t->data + x0;
+                for (int64_t d = 0; d < nd; d++) acc[d] += w * x[d];
+            } else {
+                for (int64_t d = 0; d < nd; d++) acc[d] += w * fa_load(t->data, t->dtype, x0 + d);
+            }
+        }
+        if (out->dtype == FA_F32)
+            memcpy((float *)out->data + o + d0, acc, sizeof(float) * (size_t)nd);
+        else
+            for (int64_t d = 0; d < nd; d++) fa_store(out->data, out->dtype, o + d0 + d, acc[d]);
+    }
+}
+
 FA_API fa_status fa_combine(fa_context *ctx, fa_tensor *out, float *lse,
                             const fa_tensor *out_parts, const float *const *lse_parts, int n)
 {
@@ -160,8 +193,8 @@ FA_API fa_status fa_combine(fa_context *ctx, fa_tensor *out, float *lse,
     const int64_t rows = B * S * H;
 #pragma omp parallel for schedule(static) if (rows * D * n > 262144)
     for (int64_t r = 0; r < rows; r++) {
-        int64_t b = r / (S * H), s = (r / H) % S, h = r % H;
-        int64_t li = (b * H + h) * S + s;             /* lse layout [B, H, S] */
+        const int64_t at[3] = { r / (S * H), (r / H) % S, r % H };   /* b, s, h */
+        int64_t li = (at[0] * H + at[2]) * S + at[1];                /* lse layout [B, H, S] */
         float m = -INFINITY;
         for (int i = 0; i < n; i++) {
             float l = lse_parts[i][li];
@@ -171,19 +204,8 @@ FA_API fa_status fa_combine(fa_context *ctx, fa_tensor *out, float *lse,
         if (m != -INFINITY)
             for (int i = 0; i < n; i++) total += expf(lse_parts[i][li] - m);
         float inv = m == -INFINITY ? 0.0f : 1.0f / total;
-        int64_t o = b * out->stride[0] + s * out->stride[1] + h * out->stride[2];
-        for (int64_t d = 0; d < D; d++) {
-            float acc = 0.0f;
-            if (m != -INFINITY)
-                for (int i = 0; i < n; i++) {
-                    const fa_tensor *t = &out_parts[i];
-                    float w = expf(lse_parts[i][li] - m) * inv;
-                    if (w == 0.0f) continue;          /* an empty part: skip its zeros */
-                    acc += w * fa_load(t->data, t->dtype,
-                                       b * t->stride[0] + s * t->stride[1] + h * t->stride[2] + d);
-                }
-            fa_store(out->data, out->dtype, o + d, acc);
-        }
+        int64_t o = at[0] * out->stride[0] + at[1] * out->stride[1] + at[2] * out->stride[2];
+        combine_row(out, o, out_parts, lse_parts, n, li, at, m, inv);
         if (lse) lse[li] = m == -INFINITY ? -INFINITY : m + logf(total);
     }
     return FA_OK;
