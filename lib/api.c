@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "dtype.h"
+#include "topology.h"
 #include "validate.h"
 
 #define NEED_CTX(fn) \
@@ -191,7 +192,9 @@ FA_API fa_status fa_combine(fa_context *ctx, fa_tensor *out, float *lse,
                               ctx->ops->combine(ctx, out, lse, out_parts, lse_parts, n));
     const int64_t B = out->shape[0], S = out->shape[1], H = out->shape[2], D = out->shape[3];
     const int64_t rows = B * S * H;
-#pragma omp parallel for schedule(static) if (rows * D * n > 262144)
+    /* the context's threads (fa_context_set_threads), as for its other calls */
+    const int nt = ctx->threads > 0 ? ctx->threads : fa_default_threads(NULL, 0);
+#pragma omp parallel for schedule(static) num_threads(nt) if (rows * D * n > 262144)
     for (int64_t r = 0; r < rows; r++) {
         const int64_t at[3] = { r / (S * H), (r / H) % S, r % H };   /* b, s, h */
         int64_t li = (at[0] * H + at[2]) * S + at[1];                /* lse layout [B, H, S] */
