@@ -145,18 +145,17 @@ FA_API fa_status fa_forward_kvcache(fa_context *ctx, fa_tensor *out, float *lse,
     return run_forward(ctx, "fa_forward_kvcache", &p);
 }
 
-/* out = sum_i exp(lse_i - lse) out_i, lse = log sum_i exp(lse_i), row by row. A row with
-   every lse_i = -inf is empty: out 0, lse -inf. NaN in any part propagates to its row. */
-/* One row of fa_combine's output, 256 columns at a time: out[o + d] = sum over the parts
-   of w_i part_i[d] in part order, w_i = exp(lse_i - m) * inv computed once per part (a
-   part of weight 0 skipped: an empty part's zeros); fp32 parts and outputs read and
-   written in place, other dtypes converted element by element. m = -inf: zeros. */
+/* One row of fa_combine's output (at: its b, s, h; li: its lse index), 256 columns at a
+   time: out[.., d] = sum over the parts of w_i part_i[d] in part order, w_i =
+   exp(lse_i - m) * inv computed once per part and chunk (a part of weight 0 skipped: an
+   empty part's zeros); fp32 parts and outputs read and written in place, other dtypes
+   converted element by element. m = -inf: zeros. */
 enum { COMBINE_CHUNK = 256 };
-static void combine_row(fa_tensor *out, int64_t o, const fa_tensor *parts,
-                        const float *const *lse_parts, int n, int64_t li, const int64_t at[3],
-                        float m, float inv)
+static void combine_row(fa_tensor *out, const fa_tensor *parts, const float *const *lse_parts,
+                        int n, int64_t li, const int64_t at[3], float m, float inv)
 {
     const int64_t D = out->shape[3];
+    const int64_t o = at[0] * out->stride[0] + at[1] * out->stride[1] + at[2] * out->stride[2];
     float acc[COMBINE_CHUNK];
     for (int64_t d0 = 0; d0 < D; d0 += COMBINE_CHUNK) {
         const int64_t nd = D - d0 < COMBINE_CHUNK ? D - d0 : COMBINE_CHUNK;
@@ -180,6 +179,8 @@ static void combine_row(fa_tensor *out, int64_t o, const fa_tensor *parts,
     }
 }
 
+/* out = sum_i exp(lse_i - lse) out_i, lse = log sum_i exp(lse_i), row by row. A row with
+   every lse_i = -inf is empty: out 0, lse -inf. NaN in any part propagates to its row. */
 FA_API fa_status fa_combine(fa_context *ctx, fa_tensor *out, float *lse,
                             const fa_tensor *out_parts, const float *const *lse_parts, int n)
 {
@@ -207,8 +208,7 @@ FA_API fa_status fa_combine(fa_context *ctx, fa_tensor *out, float *lse,
         if (m != -INFINITY)
             for (int i = 0; i < n; i++) total += expf(lse_parts[i][li] - m);
         float inv = m == -INFINITY ? 0.0f : 1.0f / total;
-        int64_t o = at[0] * out->stride[0] + at[1] * out->stride[1] + at[2] * out->stride[2];
-        combine_row(out, o, out_parts, lse_parts, n, li, at, m, inv);
+        combine_row(out, out_parts, lse_parts, n, li, at, m, inv);
         if (lse) lse[li] = m == -INFINITY ? -INFINITY : m + logf(total);
     }
     return FA_OK;

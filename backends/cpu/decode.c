@@ -38,7 +38,6 @@
 #include "scores.h"
 #include "scratch.h"
 #include "state.h"
-#include "vecops.h"
 #include "threads.h"
 #include "vecops.h"
 
