@@ -158,9 +158,9 @@ fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, int *D, i
         k->n_splits = decode_splits(im, p);
         k->m_blocks = 1;
         *blocks = p->batch * p->hkv * k->n_splits;
-        snprintf(im->qname, sizeof im->qname, "cuda/decode fwd %s d%d mma.sync %d rows x %d keys 4 warps, %d-stage %s%s",
+        snprintf(im->qname, sizeof im->qname, "cuda/decode fwd %s d%d mma.sync %d rows x %d keys 4 warps, %d-stage cp.async%s",
                  dtname(p->q.dtype), *D, 16 * fa_dec_wm((int)(p->group * p->q.shape[1])), FA_DEC_BN, FA_DEC_STAGES,
-                 FA_DEC_BULK_CLASS(*D) && im->cc_major >= 9 ? "bulk-copy" : "cp.async", p->block_table ? " (paged cache)" : "");
+                 p->block_table ? " (paged cache)" : "");
         if (k->n_splits > 1)
             snprintf(im->qname + strlen(im->qname), sizeof im->qname - strlen(im->qname), " split-kv %d", k->n_splits);
         return FA_OK;

@@ -12,11 +12,12 @@
  * shared memory once per row group. At the end the WN warps of a row group merge their
  * (max, sum, O) in shared memory and the key lane 0 warp writes the rows once.
  * Q fragments stay in registers for D <= 128 (d256: re-read by ldmatrix per slice).
- * K/V chunks: a 3-stage ring. On sm_90 and later class 128 rows come by bulk copies (one
- * per row, whatever the page size) on one mbarrier per stage, and each iteration refills
- * the stage every warp has finished with (chunk nb + 2) before it waits for chunk nb; the
- * other classes by 16-byte cp.async copies, refilled once chunk nb has landed. The grid lets the split merge
- * (merge.cu) launch early (programmatic dependent launch).
+ * K/V chunks: a ring of FA_DEC_STAGES stages filled by 16-byte cp.async copies; each
+ * iteration refills the stage every warp has finished with, then waits for its own copies
+ * of the current chunk and meets the other threads at a barrier. With a block table the
+ * 16 rows a warp copies per pass are looked up once, by lanes 0-15, and handed to the
+ * copying lanes by shuffles. The grid lets the split merge (merge.cu) launch early
+ * (programmatic dependent launch).
  */
 #ifndef FA_CUDA_DECODE_CUH
 #define FA_CUDA_DECODE_CUH
@@ -66,88 +67,65 @@ __device__ __forceinline__ void fa_dec_store(const fa_cu_fwd &p, const fa_dseq &
     }
 }
 
-/* Do K/V rows come by bulk copies? sm_90 and later at head-dim class 128: one copy per
-   256-byte row. Else (classes 64 and 256, and before sm_90) 16-byte cp.async copies. */
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define FA_DEC_BULK(D) FA_DEC_BULK_CLASS(D)
-#else
-#define FA_DEC_BULK(D) false
-#endif
-
-/* Element offset of 16-byte column `chunk` of ring row `row`. Bulk copies: rows D + 8
-   elements apart (decode.h: fa_dec_pitch), each row one contiguous copy, the 16-byte pad
-   putting the 8 rows of an ldmatrix phase in 8 bank groups. cp.async: rows D apart,
-   columns XOR-swizzled. */
+/* Element offset of 16-byte column `chunk` of ring row `row`: rows D apart, columns
+   XOR-swizzled (fa_swz), so the 8 rows of an ldmatrix phase fall in 8 bank groups. */
 template <int D>
 __device__ __forceinline__ int fa_dec_at(int row, int chunk)
 {
-    return FA_DEC_BULK(D) ? row * (D + 8) + chunk * 8 : fa_swz<D>(row, chunk);
+    return fa_swz<D>(row, chunk);
 }
 
-/* Chunk nb into ring stage st (K rows, then V rows; rows outside [lo, hi) zero). Bulk:
-   thread t copies row t % BN of K (t < BN) or V in one copy completing on the stage's
-   barrier bar, whose one arrival (thread 0) announces the chunk's bytes. cp.async: thread
-   t copies 16-byte column t % CPR of rows t / CPR + i RSTEP, zero-filled. Columns past
-   d_qk / d_v: never written by a bulk copy (the kernel zeroes them once), zero-filled by
-   cp.async. */
+/* Chunk nb into ring stage st: K rows, then V rows, by 16-byte cp.async copies. Thread t
+   copies column t % CPR of rows t / CPR + i RSTEP; rows outside [lo, hi) and columns past
+   d_qk / d_v are zero-filled without a read. A warp covers 16 rows of the chunk; with a
+   block table its lanes 0-15 look up one row's page each and the copying lanes take theirs
+   by shuffles. */
 template <typename T, int D>
 __device__ __forceinline__ void fa_dec_load(const fa_cu_fwd &p, const fa_dseq &s, int b, int hk, int lo, int hi,
-                                            T *ring, uint32_t bar, int nb, int st)
+                                            T *ring, int nb, int st)
 {
-    constexpr int BN = FA_DEC_BN, LD = FA_DEC_BULK(D) ? D + 8 : D;
+    constexpr int BN = FA_DEC_BN, CPR = D / 8, RSTEP = FA_DEC_NT / CPR, RPW = 32 / CPR;   /* rows per warp per pass */
+    static_assert(BN / RSTEP * RPW == 16, "a warp copies 16 rows of a chunk");
     const T *gk = reinterpret_cast<const T *>(p.k), *gv = reinterpret_cast<const T *>(p.v);
-    T *dK = ring + st * 2 * BN * LD, *dV = dK + BN * LD;
-    const int tid = threadIdx.x;
-    /* the global offset of key j of this (sequence, KV head) in K (or V with isv) */
-    auto row_off = [&](int j, bool isv) -> int64_t {
-        const int64_t sb = isv ? p.v_sb : p.k_sb, ss = isv ? p.v_ss : p.k_ss, sh = isv ? p.v_sh : p.k_sh;
-        if (p.block_table) {
-            const int pg = fa_clampi(p.block_table[(int64_t)b * p.max_pages + j / p.page_size], 0, p.num_pages - 1);
-            return (int64_t)pg * sb + (int64_t)(j % p.page_size) * ss + (int64_t)hk * sh;
-        }
-        return s.tb * sb + (s.k0 + j) * ss + (int64_t)hk * sh;
-    };
-    if constexpr (FA_DEC_BULK(D)) {
-        static_assert(FA_DEC_NT == 2 * BN, "one row copy per thread");
-        const int r = tid % BN, j = nb * BN + r;
-        const bool isv = tid >= BN;
-        if (tid == 0) {
-            const int n = min(hi, nb * BN + BN) - max(lo, nb * BN);
-            fa_mbar_expect_tx(bar, (uint32_t)(n * (p.dqk + p.dv) * (int)sizeof(T)));
-        }
-        T *dst = (isv ? dV : dK) + r * LD;
+    T *dK = ring + st * 2 * BN * D, *dV = dK + BN * D;
+    const int tid = threadIdx.x, lane = tid % 32, ch = tid % CPR, r0 = tid / CPR;
+    const bool kc = ch * 8 < p.dqk, vc = ch * 8 < p.dv;
+    const T *kb = gk + (int64_t)hk * p.k_sh + ch * 8, *vb = gv + (int64_t)hk * p.v_sh + ch * 8;
+    int pg = 0, jr = 0;
+    if (p.block_table && lane < 16) {     /* lane l: the warp's l-th row, pass l / RPW */
+        const int j = nb * BN + (tid / 32) * RPW + lane % RPW + (lane / RPW) * RSTEP;
         if (j >= lo && j < hi) {
-            fa_bulk_load(fa_smem_u32(dst), (isv ? gv : gk) + row_off(j, isv), (uint32_t)((isv ? p.dv : p.dqk) * sizeof(T)), bar);
+            pg = fa_clampi(p.block_table[(int64_t)b * p.max_pages + j / p.page_size], 0, p.num_pages - 1);
+            jr = j % p.page_size;
+        }
+    }
+#pragma unroll
+    for (int it = 0; it < BN / RSTEP; it++) {
+        const int r = r0 + it * RSTEP, j = nb * BN + r;
+        const bool ok = j >= lo && j < hi;
+        const T *ks, *vs;
+        if (p.block_table) {
+            const int src = it * RPW + lane / CPR;
+            const int64_t pj = __shfl_sync(0xffffffffu, pg, src), rj = __shfl_sync(0xffffffffu, jr, src);
+            ks = kb + pj * p.k_sb + rj * p.k_ss;
+            vs = vb + pj * p.v_sb + rj * p.v_ss;
         } else {
-#pragma unroll
-            for (int c = 0; c < D / 8; c++) reinterpret_cast<uint4 *>(dst)[c] = make_uint4(0, 0, 0, 0);
-            fa_fence_proxy_async();   /* before a later bulk copy into this row */
+            ks = kb + s.tb * p.k_sb + (s.k0 + j) * p.k_ss;
+            vs = vb + s.tb * p.v_sb + (s.k0 + j) * p.v_ss;
         }
-    } else {
-        (void)bar;
-        constexpr int CPR = D / 8, RSTEP = FA_DEC_NT / CPR;
-        const int ch = tid % CPR, r0 = tid / CPR;
-        const bool kc = ch * 8 < p.dqk, vc = ch * 8 < p.dv;
-#pragma unroll
-        for (int it = 0; it < BN / RSTEP; it++) {
-            const int r = r0 + it * RSTEP, j = nb * BN + r;
-            const bool ok = j >= lo && j < hi;
-            const int64_t ko = ok ? row_off(j, false) : 0, vo = ok ? row_off(j, true) : 0;
-            fa_cp_async16(dK + fa_dec_at<D>(r, ch), ok && kc ? gk + ko + ch * 8 : gk, ok && kc ? 16 : 0);
-            fa_cp_async16(dV + fa_dec_at<D>(r, ch), ok && vc ? gv + vo + ch * 8 : gv, ok && vc ? 16 : 0);
-        }
+        fa_cp_async16(dK + fa_dec_at<D>(r, ch), ok && kc ? ks : gk, ok && kc ? 16 : 0);
+        fa_cp_async16(dV + fa_dec_at<D>(r, ch), ok && vc ? vs : gv, ok && vc ? 16 : 0);
     }
 }
 
 template <typename T, int D>
 __global__ void __launch_bounds__(FA_DEC_NT) fa_decode_kernel(const fa_cu_fwd p, const int WM)
 {
-    constexpr int BN = FA_DEC_BN, NT = FA_DEC_NT, ST = FA_DEC_STAGES, CPR = D / 8, LD = FA_DEC_BULK(D) ? D + 8 : D;
+    constexpr int BN = FA_DEC_BN, NT = FA_DEC_NT, ST = FA_DEC_STAGES, CPR = D / 8, LD = D;
     constexpr bool QREG = D <= 128;                 /* Q fragments kept in registers */
     extern __shared__ __align__(128) unsigned char fa_smem[];
     T *sQ = reinterpret_cast<T *>(fa_smem);
     T *sKV = sQ + 16 * WM * D;                       /* [ST][K, V][BN][LD] */
-    const uint32_t bars = fa_smem_u32(sKV + ST * 2 * BN * LD);   /* ST mbarriers */
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     fa_griddep_launch();   /* the merge may launch */
@@ -174,16 +152,6 @@ __global__ void __launch_bounds__(FA_DEC_NT) fa_decode_kernel(const fa_cu_fwd p,
     int full_lo, full_hi;
     fa_fwd_full_range(p, s, 0, s.sq - 1, full_lo, full_hi);
 
-    if constexpr (FA_DEC_BULK(D)) {   /* the ring's columns past d_qk / d_v stay zero; the barriers */
-        if (p.dqk < D || p.dv < D)
-            for (int c = tid; c < ST * 2 * BN * LD / 8; c += NT) reinterpret_cast<uint4 *>(sKV)[c] = make_uint4(0, 0, 0, 0);
-        if (tid == 0)
-            for (int st = 0; st < ST; st++) fa_mbar_init(bars + 8 * st, 1);
-        fa_fence_proxy_async();
-        fa_fence_mbar_init();
-        __syncthreads();
-    }
-
     /* Q: packed rows [0, R), the rest of the 16 WM rows zero */
     {
         const T *q = reinterpret_cast<const T *>(p.q);
@@ -198,7 +166,7 @@ __global__ void __launch_bounds__(FA_DEC_NT) fa_decode_kernel(const fa_cu_fwd p,
     }
 #pragma unroll
     for (int st = 0; st < ST - 1; st++) {
-        if (nb_lo + st < nb_hi) fa_dec_load<T, D>(p, s, b, hk, lo, hi, sKV, bars + 8 * st, nb_lo + st, st);
+        if (nb_lo + st < nb_hi) fa_dec_load<T, D>(p, s, b, hk, lo, hi, sKV, nb_lo + st, st);
         fa_cp_async_commit();
     }
 
@@ -234,20 +202,15 @@ __global__ void __launch_bounds__(FA_DEC_NT) fa_decode_kernel(const fa_cu_fwd p,
 
     for (int nb = nb_lo; nb < nb_hi; nb++) {
         const int it = nb - nb_lo;
-        /* Bulk copies: free the stage of chunk nb - 1 (every warp is done with it), refill it
-           with chunk nb + 2, then wait on the barrier, which counts every thread's copies of
-           chunk nb. cp.async: a thread's wait covers its own copies only, so the barrier
-           after it makes chunk nb whole (and frees chunk nb - 1's stage) before the refill. */
-        if constexpr (!FA_DEC_BULK(D)) {
-            fa_cp_async_wait<ST - 2>();
-        }
+        /* The barrier frees chunk nb - 1's stage (every warp is done with it); it is refilled
+           with chunk nb + ST - 1 before this thread waits for its own copies of chunk nb,
+           and the second barrier makes everyone's copies of chunk nb visible. */
         __syncthreads();
         if (nb + ST - 1 < nb_hi)
-            fa_dec_load<T, D>(p, s, b, hk, lo, hi, sKV, bars + 8 * ((it + ST - 1) % ST), nb + ST - 1, (it + ST - 1) % ST);
+            fa_dec_load<T, D>(p, s, b, hk, lo, hi, sKV, nb + ST - 1, (it + ST - 1) % ST);
         fa_cp_async_commit();
-        if constexpr (FA_DEC_BULK(D)) {
-            fa_mbar_wait(bars + 8 * (it % ST), (uint32_t)(it / ST) & 1);
-        }
+        fa_cp_async_wait<ST - 1>();
+        __syncthreads();
         const T *cK = sKV + (it % ST) * 2 * BN * LD, *cV = cK + BN * LD;
         for (int sl = wn; sl < BN / 16; sl += WN) {
             const int n0 = nb * BN + sl * 16;

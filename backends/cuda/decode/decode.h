@@ -4,9 +4,8 @@
  * 16-row m-tiles, so each K/V byte is read once per split whatever the group size. 4 warps
  * in WM row groups of WN = 4 / WM warps; the WN warps of a row group take turns over the
  * 16-key slices of each 64-key chunk and merge in shared memory at the end. K/V chunks come
- * through a 3-stage ring (page by page through block_table for any page size): bulk
- * copies of whole rows on sm_90 and later at class 128, else 16-byte cp.async copies. The
- * splits' parts are merged by merge.cu.
+ * through a ring of 16-byte cp.async copies (page by page through block_table for any
+ * page size). The splits' parts are merged by merge.cu.
  */
 #ifndef FA_CUDA_DECODE_H
 #define FA_CUDA_DECODE_H
@@ -22,19 +21,11 @@
 
 /* Row groups for `rows` packed query rows: 1, 2 or 4 (one m-tile of 16 rows per warp). */
 static constexpr inline int fa_dec_wm(int rows) { return rows <= 16 ? 1 : rows <= 32 ? 2 : 4; }
-/* The head-dim class whose K/V rows come by bulk copies on sm_90 and later (256-byte rows;
-   the others take 16-byte cp.async copies): decode.cuh's kernel and the plan's name. */
-#define FA_DEC_BULK_CLASS(D) ((D) == 128)
-/* Elements from one ring row to the next, at most: D + 8 for the bulk class (on sm_90 and
-   later rows padded by 16 bytes, each row one bulk copy; before sm_90 rows of D), D for
-   the others (XOR-swizzled rows of 16-byte copies). */
-static constexpr inline int fa_dec_pitch(int D) { return FA_DEC_BULK_CLASS(D) ? D + 8 : D; }
 /* Shared memory of head-dim class D with wm row groups: Q [16 wm][D] and the ring of K and
-   V chunks [STAGES][2][BN][pitch], 2-byte elements, then one 8-byte barrier per stage (the
-   end's merge reuses the ring). */
+   V chunks [STAGES][2][BN][D], 2-byte elements (the end's merge reuses the ring). */
 static constexpr inline int fa_dec_smem(int D, int wm)
 {
-    return (16 * wm * D + FA_DEC_STAGES * 2 * FA_DEC_BN * fa_dec_pitch(D)) * 2 + 8 * FA_DEC_STAGES;
+    return (16 * wm * D + FA_DEC_STAGES * 2 * FA_DEC_BN * D) * 2;
 }
 
 /* blocks = batch * hkv * p.n_splits; wm = fa_dec_wm(group * sq). T = __half or

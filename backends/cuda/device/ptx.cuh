@@ -151,16 +151,6 @@ __device__ __forceinline__ void fa_tma_reduce_add_2d(const CUtensorMap *map, con
                  "r"(fa_smem_u32(ssrc)), "r"(c0), "r"(c1)
                  : "memory");
 }
-/* `bytes` (a multiple of 16) from global src to shared dst (both 16-byte aligned), one
-   bulk copy completing on barrier bar */
-__device__ __forceinline__ void fa_bulk_load(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar)
-{
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-                 "l"(src), "r"(bytes), "r"(bar)
-                 : "memory");
-}
-/* barrier initializations visible to the asynchronous proxy (the bulk copies) */
-__device__ __forceinline__ void fa_fence_mbar_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
 /* programmatic dependent launch: this grid lets its dependent launch / waits for the grid
    it depends on to complete and its writes to be visible (no-ops without the launch
    attribute) */
