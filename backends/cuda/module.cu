@@ -199,8 +199,10 @@ static void cuda_describe(const fa_context *ctx, char *buf, size_t len)
                    "warpgroups with 240 registers, dS double-buffered, the two consumer warpgroups "
                    "meeting by one-way named-barrier pairs, up to a tile apart)\n");
     H->appendf(buf, len,
-               "split-kv: when batch*heads*ceil(Sq/rows per tile) < %d SMs (decode), keys are split over up to "
-               "%d blocks and merged by the combine kernel\n", im->sms, FA_CU_MAX_PARTS);
+               "split-kv: when batch*heads*ceil(Sq/rows per tile) < %d SMs, keys are split over up to "
+               "%d blocks and merged by the combine kernel; the decode kernel (at most 16 query rows per "
+               "sequence) splits the keys so that its blocks fill whole waves of the SMs' resident blocks, "
+               "merged by its own merge kernel\n", im->sms, FA_CU_MAX_PARTS);
     H->appendf(buf, len,
                "backward: cuda/sm80 kernel (FlashAttention-2 style: one block per 64 keys of a KV head "
                "looping over the 64-row query tiles of its query heads; dK, dV in registers, dQ added "

@@ -18,11 +18,31 @@ static const char *decode_why(const cuda_impl *im, const fa_problem *p, int D)
            : fa_dec_smem(D, fa_dec_wm((int)(p->group * sq))) > im->smem_optin ? "shared memory" : NULL;
 }
 
-/* KV splits of the decode kernel: none when batch x KV heads fills the SMs; else as many
-   as fit one wave of two blocks per SM (rounded down: a second, partial wave would
-   double the time), each split at least two 64-key chunks. FA_CUDA_DECODE_SPLITS=n (a
-   test hook, docs/testing.md) forces n (1..FA_CU_MAX_PARTS). */
-static int decode_splits(const cuda_impl *im, const fa_problem *p)
+/* Decode blocks resident per SM for the call's dtype, class D and wm row groups, asked of
+   the runtime once per context (registers and shared memory as compiled); at least 1. */
+static int decode_blocks_per_sm(cuda_impl *im, const fa_problem *p, int D, int wm)
+{
+    const int bf = p->q.dtype == FA_BF16, di = D == 64 ? 0 : D == 128 ? 1 : 2, wi = wm == 1 ? 0 : wm == 2 ? 1 : 2;
+    int *n = &im->dec_blocks_per_sm[bf][di][wi];
+    if (*n == 0) {
+        cudaSetDevice(im->device);
+        switch (D) {
+        case 64: *n = bf ? fa_decode_blocks_per_sm<__nv_bfloat16, 64>(wm) : fa_decode_blocks_per_sm<__half, 64>(wm); break;
+        case 128: *n = bf ? fa_decode_blocks_per_sm<__nv_bfloat16, 128>(wm) : fa_decode_blocks_per_sm<__half, 128>(wm); break;
+        default: *n = bf ? fa_decode_blocks_per_sm<__nv_bfloat16, 256>(wm) : fa_decode_blocks_per_sm<__half, 256>(wm); break;
+        }
+        if (*n < 1) *n = 1;
+    }
+    return *n;
+}
+
+/* KV splits of the decode kernel over base = batch x KV heads blocks, W = SMs x resident
+   blocks per SM: W / base splits when base < W (every resident slot busy); and when one
+   split leaves the last wave under 80% full, the fewest splits that fill it to 90% (a
+   partial wave costs a whole one), each of at least 16 chunks (shorter splits cost their
+   start more than the tail). At most FA_CU_MAX_PARTS splits of at least two 64-key chunks.
+   FA_CUDA_DECODE_SPLITS=n (a test hook, docs/testing.md) forces n (1..FA_CU_MAX_PARTS). */
+static int decode_splits(cuda_impl *im, const fa_problem *p, int D)
 {
     const char *force = getenv("FA_CUDA_DECODE_SPLITS");
     if (force && *force) {
@@ -30,11 +50,15 @@ static int decode_splits(const cuda_impl *im, const fa_problem *p)
         return n < 1 ? 1 : n > FA_CU_MAX_PARTS ? FA_CU_MAX_PARTS : n;
     }
     const int64_t base = p->batch * p->hkv, chunks = (p->max_sk + FA_DEC_BN - 1) / FA_DEC_BN;
-    if (base == 0 || base >= im->sms || chunks < 4) return 1;
-    int64_t want = 2 * (int64_t)im->sms / base;
-    if (want > chunks / 2) want = chunks / 2;
-    if (want > FA_CU_MAX_PARTS) want = FA_CU_MAX_PARTS;
-    return want > 1 ? (int)want : 1;
+    const int64_t smax = chunks / 2 < FA_CU_MAX_PARTS ? chunks / 2 : FA_CU_MAX_PARTS;
+    if (base == 0 || smax < 2) return 1;
+    const int64_t W = (int64_t)im->sms * decode_blocks_per_sm(im, p, D, fa_dec_wm((int)(p->group * p->q.shape[1])));
+    if (base < W / 2) return (int)(W / base < smax ? W / base : smax);
+    const double w = (double)base / (double)W;
+    if (ceil(w) < 1.25 * w) return 1;
+    for (int64_t s = 2; s <= smax && chunks / s >= 16; s++)
+        if (ceil(w * (double)s) <= 1.1 * w * (double)s) return (int)s;
+    return 1;
 }
 
 /* The warp-specialized forward's tile for problem p at head-dim class D (sm90/tiles.h). */
@@ -155,7 +179,7 @@ fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, int *D, i
     const char *dec_why = decode_why(im, p, *D);
     if (!dec_why) {
         *fast = FWD_DECODE;
-        k->n_splits = decode_splits(im, p);
+        k->n_splits = decode_splits(im, p, *D);
         k->m_blocks = 1;
         *blocks = p->batch * p->hkv * k->n_splits;
         snprintf(im->qname, sizeof im->qname, "cuda/decode fwd %s d%d mma.sync %d rows x %d keys 4 warps, %d-stage cp.async%s",

@@ -342,20 +342,43 @@ __global__ void __launch_bounds__(FA_DEC_NT) fa_decode_kernel(const fa_cu_fwd p,
     fa_dec_store<T, D>(p, s, b, split, &oacc[0][0], fac, lse, hr, ir, rok);
 }
 
+/* The kernel's attributes for `smem` bytes of dynamic shared memory: the size, and the
+   whole carveout as shared memory. */
+template <typename T, int D>
+static cudaError_t fa_dec_attrs(int smem)
+{
+    cudaError_t e = cudaFuncSetAttribute(fa_decode_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(fa_decode_kernel<T, D>, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+    return e;
+}
+
 template <typename T, int D>
 cudaError_t fa_decode_launch(const fa_cu_fwd &p, int wm, int64_t blocks, cudaStream_t st)
 {
     const int smem = fa_dec_smem(D, wm);
-    cudaError_t e = cudaFuncSetAttribute(fa_decode_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e != cudaSuccess) return e;
-    e = cudaFuncSetAttribute(fa_decode_kernel<T, D>, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+    const cudaError_t e = fa_dec_attrs<T, D>(smem);
     if (e != cudaSuccess) return e;
     fa_decode_kernel<T, D><<<(unsigned)blocks, FA_DEC_NT, smem, st>>>(p, wm);
     return cudaGetLastError();
 }
 
+template <typename T, int D>
+int fa_decode_blocks_per_sm(int wm)
+{
+    const int smem = fa_dec_smem(D, wm);
+    int n = 0;
+    if (fa_dec_attrs<T, D>(smem) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fa_decode_kernel<T, D>, FA_DEC_NT, smem) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
 #define FA_DECODE_INSTANTIATE(D) \
     template cudaError_t fa_decode_launch<__half, D>(const fa_cu_fwd &, int, int64_t, cudaStream_t); \
-    template cudaError_t fa_decode_launch<__nv_bfloat16, D>(const fa_cu_fwd &, int, int64_t, cudaStream_t);
+    template cudaError_t fa_decode_launch<__nv_bfloat16, D>(const fa_cu_fwd &, int, int64_t, cudaStream_t); \
+    template int fa_decode_blocks_per_sm<__half, D>(int); \
+    template int fa_decode_blocks_per_sm<__nv_bfloat16, D>(int);
 
 #endif /* FA_CUDA_DECODE_CUH */

@@ -31,6 +31,9 @@ static constexpr inline int fa_dec_smem(int D, int wm)
 /* blocks = batch * hkv * p.n_splits; wm = fa_dec_wm(group * sq). T = __half or
    __nv_bfloat16, D = 64, 128, 256 (instantiated by the decode_dNNN stubs). */
 template <typename T, int D> cudaError_t fa_decode_launch(const fa_cu_fwd &p, int wm, int64_t blocks, cudaStream_t st);
+/* Blocks of that kernel resident on one SM with wm row groups (its registers and shared
+   memory as compiled, on the current device), 0 on a CUDA error: the split rule's wave. */
+template <typename T, int D> int fa_decode_blocks_per_sm(int wm);
 /* merge.cu: the splits' fp32 parts into out and lse (c in the combine kernel's strided
    form, c.n <= FA_CU_MAX_PARTS): one warp per query row, the parts read side by side. */
 cudaError_t fa_decode_merge_launch(const fa_cu_combine &c, cudaStream_t st);
