@@ -1,6 +1,7 @@
 /* vecops.h - short helpers of the loop nests: a prefetch of a span of bytes, and
- * fixed-order vector helpers (an Inf/NaN test, a dot product, a sum of rows, a transpose). Each sums in an order that depends on the
- * sizes only, so every thread computes the same bits. */
+ * fixed-order vector helpers (an Inf/NaN test, a dot product, a sum of rows, a
+ * transpose). Each sums in an order that depends on the sizes only, so every thread
+ * computes the same bits. */
 #ifndef FA_CPU_VECOPS_H
 #define FA_CPU_VECOPS_H
 

@@ -37,7 +37,7 @@ static int decode_blocks_per_sm(cuda_impl *im, const fa_problem *p, int D, int w
 }
 
 /* KV splits of the decode kernel over base = batch x KV heads blocks, W = SMs x resident
-   blocks per SM: W / base splits when base < W (every resident slot busy); and when one
+   blocks per SM: W / base splits when base < W / 2 (every resident slot busy); and when one
    split leaves the last wave under 80% full, the fewest splits that fill it to 90% (a
    partial wave costs a whole one), each of at least 16 chunks (shorter splits cost their
    start more than the tail). At most FA_CU_MAX_PARTS splits of at least two 64-key chunks.

@@ -67,16 +67,9 @@ __device__ __forceinline__ void fa_dec_store(const fa_cu_fwd &p, const fa_dseq &
     }
 }
 
-/* Element offset of 16-byte column `chunk` of ring row `row`: rows D apart, columns
-   XOR-swizzled (fa_swz), so the 8 rows of an ldmatrix phase fall in 8 bank groups. */
-template <int D>
-__device__ __forceinline__ int fa_dec_at(int row, int chunk)
-{
-    return fa_swz<D>(row, chunk);
-}
-
 /* Chunk nb into ring stage st: K rows, then V rows, by 16-byte cp.async copies. Thread t
-   copies column t % CPR of rows t / CPR + i RSTEP; rows outside [lo, hi) and columns past
+   copies column t % CPR of rows t / CPR + i RSTEP (rows D apart, columns XOR-swizzled by
+   fa_swz, so the 8 rows of an ldmatrix phase fall in 8 bank groups); rows outside [lo, hi) and columns past
    d_qk / d_v are zero-filled without a read. A warp covers 16 rows of the chunk; with a
    block table its lanes 0-15 look up one row's page each and the copying lanes take theirs
    by shuffles. */
@@ -113,19 +106,19 @@ __device__ __forceinline__ void fa_dec_load(const fa_cu_fwd &p, const fa_dseq &s
             ks = kb + s.tb * p.k_sb + (s.k0 + j) * p.k_ss;
             vs = vb + s.tb * p.v_sb + (s.k0 + j) * p.v_ss;
         }
-        fa_cp_async16(dK + fa_dec_at<D>(r, ch), ok && kc ? ks : gk, ok && kc ? 16 : 0);
-        fa_cp_async16(dV + fa_dec_at<D>(r, ch), ok && vc ? vs : gv, ok && vc ? 16 : 0);
+        fa_cp_async16(dK + fa_swz<D>(r, ch), ok && kc ? ks : gk, ok && kc ? 16 : 0);
+        fa_cp_async16(dV + fa_swz<D>(r, ch), ok && vc ? vs : gv, ok && vc ? 16 : 0);
     }
 }
 
 template <typename T, int D>
 __global__ void __launch_bounds__(FA_DEC_NT) fa_decode_kernel(const fa_cu_fwd p, const int WM)
 {
-    constexpr int BN = FA_DEC_BN, NT = FA_DEC_NT, ST = FA_DEC_STAGES, CPR = D / 8, LD = D;
+    constexpr int BN = FA_DEC_BN, NT = FA_DEC_NT, ST = FA_DEC_STAGES, CPR = D / 8;
     constexpr bool QREG = D <= 128;                 /* Q fragments kept in registers */
     extern __shared__ __align__(128) unsigned char fa_smem[];
     T *sQ = reinterpret_cast<T *>(fa_smem);
-    T *sKV = sQ + 16 * WM * D;                       /* [ST][K, V][BN][LD] */
+    T *sKV = sQ + 16 * WM * D;                       /* [ST][K, V][BN][D] */
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     fa_griddep_launch();   /* the merge may launch */
@@ -211,7 +204,7 @@ __global__ void __launch_bounds__(FA_DEC_NT) fa_decode_kernel(const fa_cu_fwd p,
         fa_cp_async_commit();
         fa_cp_async_wait<ST - 1>();
         __syncthreads();
-        const T *cK = sKV + (it % ST) * 2 * BN * LD, *cV = cK + BN * LD;
+        const T *cK = sKV + (it % ST) * 2 * BN * D, *cV = cK + BN * D;
         for (int sl = wn; sl < BN / 16; sl += WN) {
             const int n0 = nb * BN + sl * 16;
             if (n0 >= hi || n0 + 16 <= lo) continue;
@@ -227,7 +220,7 @@ __global__ void __launch_bounds__(FA_DEC_NT) fa_decode_kernel(const fa_cu_fwd p,
                     fa_ldmatrix_x4(a, sQ + fa_swz<D>(16 * wm + lane % 16, kk * 2 + lane / 16));
                 }
                 uint32_t bb[4];
-                fa_ldmatrix_x4(bb, cK + fa_dec_at<D>(sl * 16 + (lane / 16) * 8 + lane % 8, kk * 2 + (lane / 8) % 2));
+                fa_ldmatrix_x4(bb, cK + fa_swz<D>(sl * 16 + (lane / 16) * 8 + lane % 8, kk * 2 + (lane / 8) % 2));
                 fa_mma(sacc[0], a, bb[0], bb[1], T());
                 fa_mma(sacc[1], a, bb[2], bb[3], T());
             }
@@ -286,7 +279,7 @@ __global__ void __launch_bounds__(FA_DEC_NT) fa_decode_kernel(const fa_cu_fwd p,
 #pragma unroll
             for (int np = 0; np < D / 16; np++) {
                 uint32_t bb[4];
-                fa_ldmatrix_x4_trans(bb, cV + fa_dec_at<D>(sl * 16 + ((lane / 8) % 2) * 8 + lane % 8, np * 2 + lane / 16));
+                fa_ldmatrix_x4_trans(bb, cV + fa_swz<D>(sl * 16 + ((lane / 8) % 2) * 8 + lane % 8, np * 2 + lane / 16));
                 fa_mma(oacc[2 * np], a, bb[0], bb[1], T());
                 fa_mma(oacc[2 * np + 1], a, bb[2], bb[3], T());
             }
