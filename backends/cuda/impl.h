@@ -51,8 +51,9 @@ typedef struct {
     cudaMemPool_t pool;              /* the workspaces' memory pool (created at the first
                                         workspace; NULL: none yet, or creation failed) */
     int pool_failed;                 /* cudaMemPoolCreate failed: cudaMallocAsync instead */
-    int dec_blocks_per_sm[2][3][3];  /* decode blocks resident per SM by [bf16][class 64, 128,
-                                        256][row groups 1, 2, 4]; 0 = not asked yet */
+    int dec_blocks_per_sm[2][4][3];  /* decode blocks resident per SM by [bf16][class 64, 128,
+                                        256, 128 with KV-head pairs][row groups 1, 2, 4];
+                                        0 = not asked yet */
     char qname[160];
 } cuda_impl;
 

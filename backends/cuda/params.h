@@ -29,6 +29,8 @@ typedef struct {
     const void *bias; int bias_dtype; int64_t bias_sb, bias_ss, bias_sh;
     float dropout_p; uint32_t drop_k0, drop_k1, drop_threshold; float keep_scale;
     int m_blocks, n_splits;
+    int dec_hp;                      /* decode: KV heads per block, 1 or 2 (a pair of heads of
+                                        d <= 64 side by side in the class-128 kernel)         */
     int f32_vec;                     /* fp32 q/k/v rows 16-byte aligned, d_qk and d_v multiples
                                         of 4: the tf32x3 forward copies 16 bytes at a time   */
     float *o_part, *lse_part;        /* split-KV: [n_splits][B*H*Sq][dv], [n_splits][B*H*Sq] */

@@ -18,41 +18,70 @@ static const char *decode_why(const cuda_impl *im, const fa_problem *p, int D)
            : fa_dec_smem(D, fa_dec_wm((int)(p->group * sq))) > im->smem_optin ? "shared memory" : NULL;
 }
 
-/* Decode blocks resident per SM for the call's dtype, class D and wm row groups, asked of
-   the runtime once per context (registers and shared memory as compiled); at least 1. */
-static int decode_blocks_per_sm(cuda_impl *im, const fa_problem *p, int D, int wm)
+/* Decode blocks resident per SM for the call's dtype, kernel class D with hp KV heads per
+   block and wm row groups, asked of the runtime once per context (registers and shared
+   memory as compiled); at least 1. */
+static int decode_blocks_per_sm(cuda_impl *im, const fa_problem *p, int D, int hp, int wm)
 {
-    const int bf = p->q.dtype == FA_BF16, di = D == 64 ? 0 : D == 128 ? 1 : 2, wi = wm == 1 ? 0 : wm == 2 ? 1 : 2;
+    const int bf = p->q.dtype == FA_BF16, di = hp == 2 ? 3 : D == 64 ? 0 : D == 128 ? 1 : 2;
+    const int wi = wm == 1 ? 0 : wm == 2 ? 1 : 2;
     int *n = &im->dec_blocks_per_sm[bf][di][wi];
     if (*n == 0) {
         cudaSetDevice(im->device);
         switch (D) {
-        case 64: *n = bf ? fa_decode_blocks_per_sm<__nv_bfloat16, 64>(wm) : fa_decode_blocks_per_sm<__half, 64>(wm); break;
-        case 128: *n = bf ? fa_decode_blocks_per_sm<__nv_bfloat16, 128>(wm) : fa_decode_blocks_per_sm<__half, 128>(wm); break;
-        default: *n = bf ? fa_decode_blocks_per_sm<__nv_bfloat16, 256>(wm) : fa_decode_blocks_per_sm<__half, 256>(wm); break;
+        case 64: *n = bf ? fa_decode_blocks_per_sm<__nv_bfloat16, 64>(wm, 1) : fa_decode_blocks_per_sm<__half, 64>(wm, 1); break;
+        case 128: *n = bf ? fa_decode_blocks_per_sm<__nv_bfloat16, 128>(wm, hp) : fa_decode_blocks_per_sm<__half, 128>(wm, hp); break;
+        default: *n = bf ? fa_decode_blocks_per_sm<__nv_bfloat16, 256>(wm, 1) : fa_decode_blocks_per_sm<__half, 256>(wm, 1); break;
         }
         if (*n < 1) *n = 1;
     }
     return *n;
 }
 
-/* KV splits of the decode kernel over base = batch x KV heads blocks, W = SMs x resident
+/* The decode wave: SMs x resident blocks of the kernel of class hp x D for the call. */
+static int64_t decode_wave(cuda_impl *im, const fa_problem *p, int D, int hp)
+{
+    return (int64_t)im->sms * decode_blocks_per_sm(im, p, hp * D, hp, fa_dec_wm((int)(hp * p->group * p->q.shape[1])));
+}
+
+/* Splits the decode may take at most: FA_CU_MAX_PARTS, each of at least two 64-key chunks. */
+static int64_t decode_max_splits(const fa_problem *p)
+{
+    const int64_t chunks = (p->max_sk + FA_DEC_BN - 1) / FA_DEC_BN;
+    return chunks / 2 < FA_CU_MAX_PARTS ? chunks / 2 : FA_CU_MAX_PARTS;
+}
+
+/* KV heads per decode block: 2 when the heads are of class 64 and can be paired side by
+   side in the class-128 kernel (an even number of KV heads, both heads' packed rows in its
+   64) and the pairs, split at most decode_max_splits ways, still fill a wave; else 1. A
+   pair's block reads rows of 2 x 64 elements, as at class 128, from half as many blocks:
+   1.10-1.15x the unpaired kernel from 64 x 8k tokens, 1.46x at 64 x 2k, 1.03-1.07x at
+   B = 8-32 (H200, GQA 32:8); B = 1 (four pairs) would leave most of the wave idle. */
+static int decode_heads_per_block(cuda_impl *im, const fa_problem *p, int D)
+{
+    const int64_t rows = 2 * p->group * p->q.shape[1];
+    if (D != 64 || p->hkv % 2 || rows > FA_DEC_MAX_ROWS || fa_dec_smem(128, fa_dec_wm((int)rows)) > im->smem_optin)
+        return 1;
+    return p->batch * p->hkv / 2 * decode_max_splits(p) >= decode_wave(im, p, D, 2) ? 2 : 1;
+}
+
+/* KV splits of the decode kernel over base = batch x KV heads / hp blocks, W = SMs x resident
    blocks per SM: W / base splits when base < W / 2 (every resident slot busy); and when one
    split leaves the last wave under 80% full, the fewest splits that fill it to 90% (a
    partial wave costs a whole one), each of at least 16 chunks (shorter splits cost their
    start more than the tail). At most FA_CU_MAX_PARTS splits of at least two 64-key chunks.
    FA_CUDA_DECODE_SPLITS=n (a test hook, docs/testing.md) forces n (1..FA_CU_MAX_PARTS). */
-static int decode_splits(cuda_impl *im, const fa_problem *p, int D)
+static int decode_splits(cuda_impl *im, const fa_problem *p, int D, int hp)
 {
     const char *force = getenv("FA_CUDA_DECODE_SPLITS");
     if (force && *force) {
         const int n = atoi(force);
         return n < 1 ? 1 : n > FA_CU_MAX_PARTS ? FA_CU_MAX_PARTS : n;
     }
-    const int64_t base = p->batch * p->hkv, chunks = (p->max_sk + FA_DEC_BN - 1) / FA_DEC_BN;
-    const int64_t smax = chunks / 2 < FA_CU_MAX_PARTS ? chunks / 2 : FA_CU_MAX_PARTS;
+    const int64_t base = p->batch * p->hkv / hp, chunks = (p->max_sk + FA_DEC_BN - 1) / FA_DEC_BN;
+    const int64_t smax = decode_max_splits(p);
     if (base == 0 || smax < 2) return 1;
-    const int64_t W = (int64_t)im->sms * decode_blocks_per_sm(im, p, D, fa_dec_wm((int)(p->group * p->q.shape[1])));
+    const int64_t W = decode_wave(im, p, D, hp);
     if (base < W / 2) return (int)(W / base < smax ? W / base : smax);
     const double w = (double)base / (double)W;
     if (ceil(w) < 1.25 * w) return 1;
@@ -179,11 +208,14 @@ fa_status fwd_plan(fa_context *ctx, const fa_problem *p, fa_cu_fwd *k, int *D, i
     const char *dec_why = decode_why(im, p, *D);
     if (!dec_why) {
         *fast = FWD_DECODE;
-        k->n_splits = decode_splits(im, p, *D);
+        const int hp = decode_heads_per_block(im, p, *D);
+        k->dec_hp = hp;   /* the kernel of class hp x D */
+        k->n_splits = decode_splits(im, p, *D, hp);
         k->m_blocks = 1;
-        *blocks = p->batch * p->hkv * k->n_splits;
-        snprintf(im->qname, sizeof im->qname, "cuda/decode fwd %s d%d mma.sync %d rows x %d keys 4 warps, %d-stage cp.async%s",
-                 dtname(p->q.dtype), *D, 16 * fa_dec_wm((int)(p->group * p->q.shape[1])), FA_DEC_BN, FA_DEC_STAGES,
+        *blocks = p->batch * p->hkv / hp * k->n_splits;
+        snprintf(im->qname, sizeof im->qname, "cuda/decode fwd %s d%d%s mma.sync %d rows x %d keys 4 warps, %d-stage cp.async%s",
+                 dtname(p->q.dtype), hp * *D, hp == 2 ? " (2 KV heads of d <= 64 per block)" : "",
+                 16 * fa_dec_wm((int)(hp * p->group * p->q.shape[1])), FA_DEC_BN, FA_DEC_STAGES,
                  p->block_table ? " (paged cache)" : "");
         if (k->n_splits > 1)
             snprintf(im->qname + strlen(im->qname), sizeof im->qname - strlen(im->qname), " split-kv %d", k->n_splits);
@@ -293,7 +325,7 @@ fa_status cuda_forward(fa_context *ctx, const fa_problem *p)
                (long long)grid,
                fast == FWD_F32_TF32 ? FA_TF32_NT : fast == FWD_F32_SIMT ? FA_F32_NT : fast == FWD_SM90 ? FA_FWD_SM90_NT
                : fast == FWD_SM90WS ? fa_fwd_ws_nt(bm) : fast == FWD_FAST ? FA_FWD_FAST_NT : fast == FWD_DECODE ? FA_DEC_NT : 256,
-               fast == FWD_DECODE ? fa_dec_smem(D, fa_dec_wm((int)(p->group * p->q.shape[1])))
+               fast == FWD_DECODE ? fa_dec_smem(k.dec_hp * D, fa_dec_wm((int)(k.dec_hp * p->group * p->q.shape[1])))
                : fast == FWD_F32_TF32 ? fa_tf32_fwd_smem(D) : fast == FWD_F32_SIMT ? fa_f32_fwd_smem(D)
                : fast == FWD_SM90 ? fa_fwd_sm90_smem(D) : fast == FWD_SM90WS ? fa_fwd_ws_smem(D, bm, bn)
                : fast == FWD_FAST ? fa_fwd_fast_smem(D) : fa_fwd_smem(D),
@@ -311,8 +343,8 @@ fa_status cuda_forward(fa_context *ctx, const fa_problem *p)
     }
     const bool bf = p->q.dtype == FA_BF16;
     if (fast == FWD_DECODE) {
-        const int wm = fa_dec_wm((int)(p->group * p->q.shape[1]));
-        switch (D) {
+        const int wm = fa_dec_wm((int)(k.dec_hp * p->group * p->q.shape[1]));
+        switch (k.dec_hp * D) {
         case 64: e = bf ? fa_decode_launch<__nv_bfloat16, 64>(k, wm, blocks, im->stream) : fa_decode_launch<__half, 64>(k, wm, blocks, im->stream); break;
         case 128: e = bf ? fa_decode_launch<__nv_bfloat16, 128>(k, wm, blocks, im->stream) : fa_decode_launch<__half, 128>(k, wm, blocks, im->stream); break;
         default: e = bf ? fa_decode_launch<__nv_bfloat16, 256>(k, wm, blocks, im->stream) : fa_decode_launch<__half, 256>(k, wm, blocks, im->stream); break;

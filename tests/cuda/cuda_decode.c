@@ -126,6 +126,16 @@ static void run_decode(const deccase *c)
     int chosen = strstr(qn, "cuda/decode") != NULL;
     if (c->splits > 1) { snprintf(sbuf, sizeof sbuf, "split-kv %d", c->splits); chosen &= strstr(qn, sbuf) != NULL; }
     if (c->splits == 1) chosen &= strstr(qn, "split-kv") == NULL;
+    /* KV heads of d <= 64 go two to a block when their rows fit and the pairs, split at
+       most min(32, chunks / 2) ways, fill a wave (SMs x the pair kernel's resident blocks,
+       1 or 2): paired from 3 x SMs such blocks, never below SMs */
+    int sms = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+    const int64_t smax = (cap + 63) / 64 / 2 < 32 ? (cap + 63) / 64 / 2 : 32;
+    const int pairable = c->dqk <= 64 && c->dv <= 64 && c->Hkv % 2 == 0 && 2 * (c->H / c->Hkv) * c->Sq <= 64;
+    const int64_t pblocks = (int64_t)B * c->Hkv / 2 * smax;
+    if (pairable && pblocks >= 3 * sms) chosen &= strstr(qn, "2 KV heads") != NULL;
+    if (!pairable || pblocks < sms) chosen &= strstr(qn, "2 KV heads") == NULL;
     fa_status st = fa_forward_kvcache(cu, &to, c->lse ? (float *)l.d : NULL, &tq, &tkc, &tvc, c->snew ? &tkn : NULL,
                                       c->snew ? &tvn : NULL, dcs, dbt, maxp, &op);
     CK(cudaDeviceSynchronize());
@@ -187,13 +197,16 @@ static void decode_refusals(void)
 }
 
 /* For compute-sanitizer (test_cuda san): a paged cache of 3-row pages with an append,
-   sinks, ALiBi and forced splits; 64 packed rows (4 row groups) on a contiguous cache. */
+   sinks, ALiBi and forced splits; 64 packed rows (4 row groups) on a contiguous cache;
+   the same paged case at d64 with KV heads in pairs. */
 void run_decode_san(void)
 {
     deccase a = { FA_BF16, 3, 2, 2, 3, 400, 8, 2, 128, 128, FA_CAUSAL_BOTTOM_RIGHT, 0, -1, -1, 0.f, 1, 1, 1, 0, 3 };
     run_decode(&a);
     deccase b = { FA_F16, 2, 16, 16, 0, 300, 8, 2, 64, 64, FA_CAUSAL_TOP_LEFT, 0, -1, -1, 0.f, 0, 0, 1, 0, 0 };
     run_decode(&b);
+    deccase c = { FA_BF16, 48, 4, 4, 3, 640, 32, 8, 64, 64, FA_CAUSAL_BOTTOM_RIGHT, 0, -1, -1, 0.f, 1, 1, 1, 0, 3 };
+    run_decode(&c);   /* KV-head pairs */
 }
 
 void run_decode_suite(void)
@@ -249,6 +262,24 @@ void run_decode_suite(void)
     { deccase c = { FA_F16, 2, 1, 0, 16, 6000, 32, 8, 256, 256, FA_CAUSAL_BOTTOM_RIGHT, 0, -1, -1, 0.f, 0, 0, 1, 1, 0 }; run_decode(&c); }
     { deccase c = { FA_BF16, 3, 1, 1, 256, 8192, 32, 8, 128, 128, FA_CAUSAL_BOTTOM_RIGHT, 0, -1, -1, 0.f, 0, 1, 1, 0, 0 }; run_decode(&c); }
     { deccase c = { FA_BF16, 40, 1, 0, 16, 2048, 16, 8, 64, 64, FA_CAUSAL_BOTTOM_RIGHT, 0, -1, -1, 0.f, 0, 0, 1, 1, 0 }; run_decode(&c); }
+    /* KV-head pairs at d64 (enough pairs for every SM): the features, 16 packed rows per
+       head, MHA, d_qk != d_v, a head dim below the class */
+    for (int f = 0; f < 8; f++) {
+        if (quick && f % 2) continue;
+        deccase c = { dts[f % 2], 48, 4, 4, f % 2 ? 3 : 0, 640, 32, 8, 64, 64, FA_CAUSAL_BOTTOM_RIGHT,
+                      0, -1, -1, 0.f, 0, 0, 1, 0, 0 };
+        switch (f) {
+        case 0: c.causal = FA_CAUSAL_TOP_LEFT; c.Sq = 16; c.snew = 16; c.H = 16; break;
+        case 1: c.window = 1; c.wl = 100; c.wr = 0; c.splits = 3; break;
+        case 2: c.window = 1; c.wl = 37; c.wr = 5; c.causal = FA_CAUSAL_NONE; break;
+        case 3: c.softcap = 5.f; c.alibi = 1; c.lse = 1; break;
+        case 4: c.sinks = 1; c.lse = 1; c.splits = 7; break;
+        case 5: c.H = c.Hkv = 8; c.Sq = 16; c.snew = 0; break;
+        case 6: c.dv = 32; break;
+        case 7: c.dqk = c.dv = 40; c.page = 16; break;
+        }
+        run_decode(&c);
+    }
     static const int forced[] = { 1, 2, 3, 5, 8, 13, 32 };
     for (int si = 0; si < 7; si++) {
         if (quick && si % 2) continue;

@@ -4,8 +4,12 @@
  * causal in both alignments, sinks), lse, split-KV into fp32 parts merged by merge.cu,
  * head-dim classes 64/128/256 with d_qk != d_v.
  *
- * Block = (sequence b, KV head hk, split). Packed row r (r < R = group * sq) is query head
- * hk * group + r / sq at new token r % sq. Warp w: row group wm = w % WM (rows 16 wm ..
+ * Block = (sequence b, KV heads hk .. hk + HP - 1, split). Packed row r (r < R = HP * group *
+ * sq) is query head (hk + r / (group sq)) * group + r % (group sq) / sq at new token r % sq.
+ * HP = 2 (the class-128 kernel only): two KV heads of d <= 64 side by side, head hk + i in
+ * columns 64 i .. 64 i + 63 of each K and V row and of its rows' Q (zero elsewhere), so
+ * S = Q K^T sees only a row's own head and each row stores its own head's half of
+ * O = P V. Warp w: row group wm = w % WM (rows 16 wm ..
  * 16 wm + 15), key lane wn = w / WM of WN = 4 / WM. Per 64-key chunk, warp (wm, wn) takes
  * the 16-key slices wn, wn + WN, ...: S = Q K^T (mma.sync m16n8k16, K by ldmatrix), its
  * own online softmax in base 2, O += P V (V by ldmatrix.trans), so each key is read from
@@ -30,10 +34,10 @@
 
 /* The one write of a thread's two rows (C-fragment rows lane/4 and lane/4 + 8 of its
    m-tile), each of its own head hr[r] and token ir[r] (fa_store_rows with per-row heads). */
-template <typename T, int D>
+template <typename T, int D, int DH>
 __device__ __forceinline__ void fa_dec_store(const fa_cu_fwd &p, const fa_dseq &s, int b, int split, const float *acc,
                                              const float (&fac)[2], const float (&lse)[2], const int (&hr)[2],
-                                             const int (&ir)[2], const bool (&ok)[2])
+                                             const int (&ir)[2], const int (&co)[2], const bool (&ok)[2])
 {
     const int lane = threadIdx.x % 32;
 #pragma unroll
@@ -45,8 +49,8 @@ __device__ __forceinline__ void fa_dec_store(const fa_cu_fwd &p, const fa_dseq &
             float *o = p.o_part + ((int64_t)split * rows + row) * p.dv;
 #pragma unroll
             for (int nt = 0; nt < D / 8; nt++) {
-                const int c = nt * 8 + (lane % 4) * 2;
-                if (c < p.dv)
+                const int c = nt * 8 + (lane % 4) * 2 - co[r];
+                if ((DH == D || (c >= 0 && c < DH)) && c < p.dv)
                     *reinterpret_cast<float2 *>(o + c) = make_float2(acc[4 * nt + 2 * r] * fac[r], acc[4 * nt + 2 * r + 1] * fac[r]);
             }
             if (lane % 4 == 0) p.lse_part[(int64_t)split * rows + row] = lse[r];
@@ -55,8 +59,8 @@ __device__ __forceinline__ void fa_dec_store(const fa_cu_fwd &p, const fa_dseq &
         const int64_t orow = s.tb * p.o_sb + (s.q0 + i) * p.o_ss + (int64_t)h * p.o_sh;
 #pragma unroll
         for (int nt = 0; nt < D / 8; nt++) {
-            const int c = nt * 8 + (lane % 4) * 2;
-            if (c >= p.dv) continue;
+            const int c = nt * 8 + (lane % 4) * 2 - co[r];
+            if ((DH != D && (c < 0 || c >= DH)) || c >= p.dv) continue;
             const float x0 = acc[4 * nt + 2 * r] * fac[r], x1 = acc[4 * nt + 2 * r + 1] * fac[r];
             if (p.out_dtype == FA_CU_F32)
                 *reinterpret_cast<float2 *>(reinterpret_cast<float *>(p.out) + orow + c) = make_float2(x0, x1);
@@ -73,7 +77,7 @@ __device__ __forceinline__ void fa_dec_store(const fa_cu_fwd &p, const fa_dseq &
    d_qk / d_v are zero-filled without a read. A warp covers 16 rows of the chunk; with a
    block table its lanes 0-15 look up one row's page each and the copying lanes take theirs
    by shuffles. */
-template <typename T, int D>
+template <typename T, int D, int DH>
 __device__ __forceinline__ void fa_dec_load(const fa_cu_fwd &p, const fa_dseq &s, int b, int hk, int lo, int hi,
                                             T *ring, int nb, int st)
 {
@@ -82,8 +86,9 @@ __device__ __forceinline__ void fa_dec_load(const fa_cu_fwd &p, const fa_dseq &s
     const T *gk = reinterpret_cast<const T *>(p.k), *gv = reinterpret_cast<const T *>(p.v);
     T *dK = ring + st * 2 * BN * D, *dV = dK + BN * D;
     const int tid = threadIdx.x, lane = tid % 32, ch = tid % CPR, r0 = tid / CPR;
-    const bool kc = ch * 8 < p.dqk, vc = ch * 8 < p.dv;
-    const T *kb = gk + (int64_t)hk * p.k_sh + ch * 8, *vb = gv + (int64_t)hk * p.v_sh + ch * 8;
+    const int hh = DH == D ? 0 : ch * 8 / DH, col = ch * 8 - hh * DH;   /* the column's head: hk + hh */
+    const bool kc = col < p.dqk, vc = col < p.dv;
+    const T *kb = gk + (int64_t)(hk + hh) * p.k_sh + col, *vb = gv + (int64_t)(hk + hh) * p.v_sh + col;
     int pg = 0, jr = 0;
     if (p.block_table && lane < 16) {     /* lane l: the warp's l-th row, pass l / RPW */
         const int j = nb * BN + (tid / 32) * RPW + lane % RPW + (lane / RPW) * RSTEP;
@@ -111,11 +116,12 @@ __device__ __forceinline__ void fa_dec_load(const fa_cu_fwd &p, const fa_dseq &s
     }
 }
 
-template <typename T, int D>
+template <typename T, int D, int HP>
 __global__ void __launch_bounds__(FA_DEC_NT) fa_decode_kernel(const fa_cu_fwd p, const int WM)
 {
     constexpr int BN = FA_DEC_BN, NT = FA_DEC_NT, ST = FA_DEC_STAGES, CPR = D / 8;
     constexpr bool QREG = D <= 128;                 /* Q fragments kept in registers */
+    constexpr int DH = D / HP;                       /* columns per KV head */
     extern __shared__ __align__(128) unsigned char fa_smem[];
     T *sQ = reinterpret_cast<T *>(fa_smem);
     T *sKV = sQ + 16 * WM * D;                       /* [ST][K, V][BN][D] */
@@ -125,10 +131,10 @@ __global__ void __launch_bounds__(FA_DEC_NT) fa_decode_kernel(const fa_cu_fwd p,
 #endif
     int64_t bid = blockIdx.x;
     const int split = (int)(bid % p.n_splits); bid /= p.n_splits;
-    const int hk = (int)(bid % p.hkv);
-    const int b = (int)(bid / p.hkv);
+    const int hk = (int)(bid % (p.hkv / HP)) * HP;   /* the block's first KV head */
+    const int b = (int)(bid / (p.hkv / HP));
     const fa_dseq s = fa_dev_seq(p, b);
-    const int R = p.group * s.sq;
+    const int GR = p.group * s.sq, R = HP * GR;       /* packed rows per KV head, per block */
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int WN = 4 / WM, wm = warp % WM, wn = warp / WM;
 
@@ -149,29 +155,32 @@ __global__ void __launch_bounds__(FA_DEC_NT) fa_decode_kernel(const fa_cu_fwd p,
     {
         const T *q = reinterpret_cast<const T *>(p.q);
         for (int c = tid; c < 16 * WM * CPR; c += NT) {
-            const int r = c / CPR, ch = c % CPR;
-            const bool ok = r < R && ch * 8 < p.dqk;
-            const int h = hk * p.group + (ok ? r / s.sq : 0), i = ok ? r % s.sq : 0;
-            const T *src = q + s.tb * p.q_sb + (s.q0 + i) * p.q_ss + (int64_t)h * p.q_sh + ch * 8;
+            const int r = c / CPR, ch = c % CPR, hh = HP > 1 && r < R ? r / GR : 0;   /* row r's head: hk + hh */
+            const bool ok = r < R && (HP == 1 || (ch * 8 >= hh * DH && ch * 8 < hh * DH + DH)) && ch * 8 - hh * DH < p.dqk;
+            const int col = ch * 8 - hh * DH;
+            const int h = (hk + hh) * p.group + (ok ? (r - hh * GR) / s.sq : 0), i = ok ? r % s.sq : 0;
+            const T *src = q + s.tb * p.q_sb + (s.q0 + i) * p.q_ss + (int64_t)h * p.q_sh + col;
             fa_cp_async16(sQ + fa_swz<D>(r, ch), ok ? src : q, ok ? 16 : 0);
         }
         fa_cp_async_commit();
     }
 #pragma unroll
     for (int st = 0; st < ST - 1; st++) {
-        if (nb_lo + st < nb_hi) fa_dec_load<T, D>(p, s, b, hk, lo, hi, sKV, nb_lo + st, st);
+        if (nb_lo + st < nb_hi) fa_dec_load<T, D, DH>(p, s, b, hk, lo, hi, sKV, nb_lo + st, st);
         fa_cp_async_commit();
     }
 
     /* this thread's two rows: packed rows 16 wm + lane/4 (+ 8) */
-    int hr[2], ir[2], pos[2];
+    int hr[2], ir[2], pos[2], co[2];
     bool rok[2];
     float slope[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int pr = 16 * wm + lane / 4 + 8 * r;
         rok[r] = pr < R;
-        hr[r] = hk * p.group + (rok[r] ? pr / s.sq : 0);
+        const int hh = HP > 1 && rok[r] ? pr / GR : 0;   /* the row's head: hk + hh */
+        co[r] = hh * DH;
+        hr[r] = (hk + hh) * p.group + (rok[r] ? (pr - hh * GR) / s.sq : 0);
         ir[r] = rok[r] ? pr % s.sq : 0;
         pos[r] = ir[r] + s.off;
         slope[r] = p.alibi ? p.alibi[hr[r]] : 0.f;
@@ -200,7 +209,7 @@ __global__ void __launch_bounds__(FA_DEC_NT) fa_decode_kernel(const fa_cu_fwd p,
            and the second barrier makes everyone's copies of chunk nb visible. */
         __syncthreads();
         if (nb + ST - 1 < nb_hi)
-            fa_dec_load<T, D>(p, s, b, hk, lo, hi, sKV, nb + ST - 1, (it + ST - 1) % ST);
+            fa_dec_load<T, D, DH>(p, s, b, hk, lo, hi, sKV, nb + ST - 1, (it + ST - 1) % ST);
         fa_cp_async_commit();
         fa_cp_async_wait<ST - 1>();
         __syncthreads();
@@ -332,46 +341,63 @@ __global__ void __launch_bounds__(FA_DEC_NT) fa_decode_kernel(const fa_cu_fwd p,
         /* fa_row_end adds the quad's partial sums: the whole sum rides on lane 0 of the quad */
         fa_row_end(p, hr[r], M, lane % 4 == 0 ? L : 0.f, fac[r], lse[r]);
     }
-    fa_dec_store<T, D>(p, s, b, split, &oacc[0][0], fac, lse, hr, ir, rok);
+    fa_dec_store<T, D, DH>(p, s, b, split, &oacc[0][0], fac, lse, hr, ir, co, rok);
 }
 
 /* The kernel's attributes for `smem` bytes of dynamic shared memory: the size, and the
    whole carveout as shared memory. */
-template <typename T, int D>
+template <typename T, int D, int HP>
 static cudaError_t fa_dec_attrs(int smem)
 {
-    cudaError_t e = cudaFuncSetAttribute(fa_decode_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(fa_decode_kernel<T, D>, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+    cudaError_t e = cudaFuncSetAttribute(fa_decode_kernel<T, D, HP>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(fa_decode_kernel<T, D, HP>, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
     return e;
 }
 
-template <typename T, int D>
-cudaError_t fa_decode_launch(const fa_cu_fwd &p, int wm, int64_t blocks, cudaStream_t st)
+template <typename T, int D, int HP>
+static cudaError_t fa_dec_launch_hp(const fa_cu_fwd &p, int wm, int64_t blocks, cudaStream_t st)
 {
     const int smem = fa_dec_smem(D, wm);
-    const cudaError_t e = fa_dec_attrs<T, D>(smem);
+    const cudaError_t e = fa_dec_attrs<T, D, HP>(smem);
     if (e != cudaSuccess) return e;
-    fa_decode_kernel<T, D><<<(unsigned)blocks, FA_DEC_NT, smem, st>>>(p, wm);
+    fa_decode_kernel<T, D, HP><<<(unsigned)blocks, FA_DEC_NT, smem, st>>>(p, wm);
     return cudaGetLastError();
 }
 
-template <typename T, int D>
-int fa_decode_blocks_per_sm(int wm)
+template <typename T, int D, int HP>
+static int fa_dec_blocks_hp(int wm)
 {
     const int smem = fa_dec_smem(D, wm);
     int n = 0;
-    if (fa_dec_attrs<T, D>(smem) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fa_decode_kernel<T, D>, FA_DEC_NT, smem) != cudaSuccess) {
+    if (fa_dec_attrs<T, D, HP>(smem) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fa_decode_kernel<T, D, HP>, FA_DEC_NT, smem) != cudaSuccess) {
         cudaGetLastError();
         return 0;
     }
     return n;
 }
 
+/* Class 128 has a second kernel, for pairs of KV heads of d <= 64 (p.dec_hp = 2). */
+template <typename T, int D>
+cudaError_t fa_decode_launch(const fa_cu_fwd &p, int wm, int64_t blocks, cudaStream_t st)
+{
+    if constexpr (D == 128)
+        if (p.dec_hp == 2) return fa_dec_launch_hp<T, D, 2>(p, wm, blocks, st);
+    return fa_dec_launch_hp<T, D, 1>(p, wm, blocks, st);
+}
+
+template <typename T, int D>
+int fa_decode_blocks_per_sm(int wm, int hp)
+{
+    if constexpr (D == 128)
+        if (hp == 2) return fa_dec_blocks_hp<T, D, 2>(wm);
+    return fa_dec_blocks_hp<T, D, 1>(wm);
+}
+
 #define FA_DECODE_INSTANTIATE(D) \
     template cudaError_t fa_decode_launch<__half, D>(const fa_cu_fwd &, int, int64_t, cudaStream_t); \
     template cudaError_t fa_decode_launch<__nv_bfloat16, D>(const fa_cu_fwd &, int, int64_t, cudaStream_t); \
-    template int fa_decode_blocks_per_sm<__half, D>(int); \
-    template int fa_decode_blocks_per_sm<__nv_bfloat16, D>(int);
+    template int fa_decode_blocks_per_sm<__half, D>(int, int); \
+    template int fa_decode_blocks_per_sm<__nv_bfloat16, D>(int, int);
 
 #endif /* FA_CUDA_DECODE_CUH */
