@@ -55,7 +55,7 @@ static int64_t decode_max_splits(const fa_problem *p)
    side in the class-128 kernel (an even number of KV heads, both heads' packed rows in its
    64) and the pairs, split at most decode_max_splits ways, still fill a wave; else 1. A
    pair's block reads rows of 2 x 64 elements, as at class 128, from half as many blocks:
-   1.10-1.15x the unpaired kernel from 64 x 8k tokens, 1.46x at 64 x 2k, 1.03-1.07x at
+   1.06-1.15x the unpaired kernel from 64 x 8k tokens, 1.46x at 64 x 2k, 1.03-1.07x at
    B = 8-32 (H200, GQA 32:8); B = 1 (four pairs) would leave most of the wave idle. */
 static int decode_heads_per_block(cuda_impl *im, const fa_problem *p, int D)
 {
